@@ -1,0 +1,94 @@
+// Backend: the interface every collective engine (Gloo, MPI, NCCL) implements.
+//
+// The core owns exactly one Backend for the data plane and calls it only from its loop thread, so
+// implementations need no locking of their own. Each call is a blocking collective: every rank
+// calls the same methods in the same order (the controller guarantees the order), and the call
+// returns when this rank's part is done. Errors come back as Status; foreign codes (gloo
+// exceptions, MPI error ints, ncclResult_t) are converted at this edge with file:line.
+//
+// Lifetime: created by BackendRegistry::Create after the launcher's rendezvous is reachable;
+// destroyed by the runtime at shutdown, on the loop thread.
+//
+//   auto backend = BackendRegistry::Create("gloo", options);
+//   DADT_RETURN_IF_ERROR((*backend)->Allreduce(buf, n, DataType::kFloat32, ReduceOp::kSum));
+//
+// A method that a backend cannot serve for the given arguments returns Unimplemented, which is an
+// ordinary answer the caller may route around.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/common/kv_store.h"
+#include "runtime/common/status.h"
+#include "runtime/common/types.h"
+
+namespace dadt {
+namespace backends {
+
+struct BackendOptions {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+  // Network interface name (e.g. "eth0") or empty for the address of the hostname / loopback.
+  std::string iface;
+  // Timeout for connecting and for each collective.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // Rendezvous store; outlives the backend's constructor only (backends copy what they need).
+  KeyValueStore* store = nullptr;
+  // Keys this backend writes are prefixed with this (e.g. "gloo/0/").
+  std::string store_prefix;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Upper-case engine name used in logs and timeline activity names ("GLOO", "MPI", "NCCL").
+  virtual const char* Name() const = 0;
+
+  // In place: buf holds `count` elements of dtype; after the call it holds the reduction over all
+  // ranks. `op` is one of kSum, kMin, kMax, kProduct (Average is Sum + postscale in the core).
+  virtual Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) = 0;
+
+  // Every rank contributes `bytes_per_rank[rank]` bytes from `in`; `out` receives all ranks'
+  // contributions concatenated in rank order (sum of bytes_per_rank bytes).
+  virtual Status Allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) = 0;
+
+  // `bytes` bytes of buf on `root` are copied into buf on every rank.
+  virtual Status Broadcast(void* buf, int64_t bytes, int root) = 0;
+
+  // Rank r sends send_bytes[j] bytes (consecutive in `in`, in rank order) to rank j and receives
+  // recv_bytes[j] bytes from rank j into `out` (consecutive, in rank order).
+  virtual Status Alltoallv(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                           const std::vector<int64_t>& recv_bytes) = 0;
+
+  // `in` holds sum(recv_counts) elements. Rank r receives into `out` the reduction over all ranks
+  // of the recv_counts[r] elements that start at offset sum(recv_counts[0..r)).
+  virtual Status Reducescatter(const void* in, void* out, const std::vector<int64_t>& recv_counts,
+                               DataType dtype, ReduceOp op) = 0;
+
+  virtual Status Barrier() = 0;
+};
+
+using BackendFactory = std::function<StatusOr<std::unique_ptr<Backend>>(const BackendOptions&)>;
+
+// Backends register themselves at static-initialization time (their cc_library is alwayslink), so
+// the core never includes a concrete backend header. The table is written only during static
+// initialization and read afterwards.
+class BackendRegistry {
+ public:
+  static bool Register(const std::string& name, BackendFactory factory);
+  static StatusOr<std::unique_ptr<Backend>> Create(const std::string& name,
+                                                   const BackendOptions& options);
+  static std::vector<std::string> Names();
+};
+
+}  // namespace backends
+}  // namespace dadt

@@ -1,0 +1,133 @@
+/* dadt's stable C API: the only entry points that framework bindings use.
+ *
+ * One runtime per process. dadt_init starts it (reading the launcher's environment, see
+ * docs/running.md), dadt_shutdown stops it. Collectives are asynchronous: dadt_enqueue returns a
+ * handle at once; dadt_poll tests it, dadt_wait blocks until it completes (call it without
+ * holding any interpreter lock), dadt_release frees it.
+ *
+ * Tensors cross as DLPack DLTensor views (host memory, compact row-major). The caller keeps the
+ * memory of `input` and `output` alive and untouched until the handle completes. Ops whose output
+ * size is only known after negotiation (allgather, alltoall, reducescatter) allocate their result
+ * inside the runtime; dadt_take_output hands it over as a DLManagedTensor the caller owns.
+ *
+ *   dadt_init_options o; dadt_init_options_default(&o);
+ *   if (dadt_init(&o) != DADT_OK) fprintf(stderr, "%s\n", dadt_last_error());
+ *   dadt_op_desc d; dadt_op_desc_default(&d);
+ *   d.op_type = DADT_OP_ALLREDUCE; d.name = "grad.w"; d.reduce_op = DADT_REDUCE_SUM;
+ *   int64_t h = dadt_enqueue(&d, &in, &out);
+ *   char msg[1024]; int rc = dadt_wait(h, msg, sizeof msg); dadt_release(h);
+ *
+ * Error codes are the values of dadt::StatusCode. Every function is thread-safe.
+ * ABI: structs carry a `struct_size` field first; new fields are only ever appended.
+ */
+#ifndef DADT_RUNTIME_C_API_H_
+#define DADT_RUNTIME_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes (dadt::StatusCode). */
+#define DADT_OK 0
+#define DADT_ERR_INVALID_ARGUMENT 1
+#define DADT_ERR_MISMATCH 2
+#define DADT_ERR_PRECONDITION 3
+#define DADT_ERR_ABORTED 4
+#define DADT_ERR_TIMEOUT 5
+#define DADT_ERR_UNIMPLEMENTED 6
+#define DADT_ERR_INTERNAL 7
+
+/* Op types (dadt::OpType). */
+#define DADT_OP_ALLREDUCE 0
+#define DADT_OP_ALLGATHER 1
+#define DADT_OP_BROADCAST 2
+#define DADT_OP_ALLTOALL 3
+#define DADT_OP_REDUCESCATTER 4
+#define DADT_OP_BARRIER 5
+#define DADT_OP_JOIN 6
+
+/* Reduce ops (dadt::ReduceOp), Horovod's numbering. */
+#define DADT_REDUCE_AVERAGE 0
+#define DADT_REDUCE_SUM 1
+#define DADT_REDUCE_ADASUM 2
+#define DADT_REDUCE_MIN 3
+#define DADT_REDUCE_MAX 4
+#define DADT_REDUCE_PRODUCT 5
+
+typedef struct dadt_init_options {
+  size_t struct_size;
+  /* Each field left at its default (negative / NULL) is taken from the environment
+   * (DADT_FUSION_THRESHOLD, DADT_CYCLE_TIME, DADT_CACHE_CAPACITY, DADT_CONTROLLER), then from
+   * dadt's defaults. */
+  int64_t fusion_threshold_bytes;
+  double cycle_time_ms;
+  int64_t cache_capacity;
+  const char* backend; /* "gloo"; NULL: from the environment */
+} dadt_init_options;
+
+typedef struct dadt_op_desc {
+  size_t struct_size;
+  int32_t op_type;
+  /* Unique among this rank's in-flight ops; the same on every rank for the same collective. */
+  const char* name;
+  int32_t reduce_op;
+  double prescale_factor;  /* allreduce/reducescatter: input multiplied before reducing (1.0) */
+  double postscale_factor; /* output multiplied after reducing (1.0) */
+  int32_t root_rank;       /* broadcast */
+  const int64_t* splits;   /* alltoall: first-dim rows sent to each rank; NULL = equal split */
+  int32_t num_splits;
+  int64_t group_id;        /* grouped allreduce: same id on every member, -1 = none */
+  int32_t group_size;      /* number of members of the group */
+} dadt_op_desc;
+
+void dadt_init_options_default(dadt_init_options* options);
+void dadt_op_desc_default(dadt_op_desc* desc);
+
+/* Starts the runtime (idempotent: a second call while running returns DADT_OK). */
+int dadt_init(const dadt_init_options* options);
+/* Stops the runtime; pending handles complete with DADT_ERR_ABORTED. */
+int dadt_shutdown(void);
+int dadt_is_initialized(void);
+/* Message of the last failed call on this thread. */
+const char* dadt_last_error(void);
+
+/* Job geometry; -1 when not initialized. */
+int dadt_rank(void);
+int dadt_size(void);
+int dadt_local_rank(void);
+int dadt_local_size(void);
+int dadt_cross_rank(void);
+int dadt_cross_size(void);
+/* Name of the data-plane backend ("gloo"), or NULL when not initialized. */
+const char* dadt_backend_name(void);
+/* Comma-separated names of the backends built in. */
+const char* dadt_built_backends(void);
+
+/* Enqueues a collective; returns a handle >= 0 or -1 (see dadt_last_error and
+ * dadt_last_error_code). input: the tensor (NULL for barrier and join). output: allreduce and
+ * broadcast write here (may be == input for in place); NULL for ops that allocate. */
+int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTensor* output);
+int dadt_last_error_code(void);
+
+/* 1 when done, 0 when pending, -1 for an unknown handle. */
+int dadt_poll(int64_t handle);
+/* Blocks until done. Returns the status code; on error copies the message into msg. */
+int dadt_wait(int64_t handle, char* msg, size_t msg_len);
+/* Runtime-allocated output of a completed handle (once); NULL if none. Caller calls deleter. */
+DLManagedTensor* dadt_take_output(int64_t handle);
+/* Integer result of a completed handle: join -> the last rank that joined. */
+int64_t dadt_handle_int_result(int64_t handle);
+/* alltoall: rows received from each rank; copies min(n, size) values, returns size. */
+int dadt_handle_received_splits(int64_t handle, int64_t* out, int n);
+void dadt_release(int64_t handle);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DADT_RUNTIME_C_API_H_ */

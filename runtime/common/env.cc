@@ -1,0 +1,55 @@
+#include "runtime/common/env.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <strings.h>
+
+namespace dadt {
+namespace env {
+
+std::string GetString(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? std::string(v) : fallback;
+}
+
+bool IsSet(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v;
+}
+
+StatusOr<int64_t> GetInt(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  long long r = std::strtoll(v, &end, 10);
+  if (errno != 0 || *end != '\0') {
+    return InvalidArgument(std::string(name) + "='" + v + "' is not an integer");
+  }
+  return static_cast<int64_t>(r);
+}
+
+StatusOr<double> GetDouble(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  double r = std::strtod(v, &end);
+  if (errno != 0 || *end != '\0') {
+    return InvalidArgument(std::string(name) + "='" + v + "' is not a number");
+  }
+  return r;
+}
+
+StatusOr<bool> GetBool(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  if (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"))
+    return true;
+  if (!strcasecmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off"))
+    return false;
+  return InvalidArgument(std::string(name) + "='" + v + "' is not a boolean (use 1 or 0)");
+}
+
+}  // namespace env
+}  // namespace dadt

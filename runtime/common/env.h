@@ -1,0 +1,65 @@
+// Every environment variable of the launcher -> worker contract and every tuning knob, in one place.
+//
+// dadtrun sets these for each rank; the runtime reads them at init. A dadtrun flag maps to exactly
+// one of them (docs/running.md has the table). Helpers parse values with a clear error on junk.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/common/status.h"
+
+namespace dadt {
+namespace env {
+
+// Launcher -> worker contract.
+inline constexpr const char kRank[] = "DADT_RANK";
+inline constexpr const char kSize[] = "DADT_SIZE";
+inline constexpr const char kLocalRank[] = "DADT_LOCAL_RANK";
+inline constexpr const char kLocalSize[] = "DADT_LOCAL_SIZE";
+inline constexpr const char kCrossRank[] = "DADT_CROSS_RANK";
+inline constexpr const char kCrossSize[] = "DADT_CROSS_SIZE";
+inline constexpr const char kHostname[] = "DADT_HOSTNAME";
+inline constexpr const char kController[] = "DADT_CONTROLLER";
+inline constexpr const char kRendezvousAddr[] = "DADT_RENDEZVOUS_ADDR";
+inline constexpr const char kRendezvousPort[] = "DADT_RENDEZVOUS_PORT";
+inline constexpr const char kSecret[] = "DADT_SECRET";
+inline constexpr const char kIface[] = "DADT_IFACE";
+// torchrun's names, so plain torch.distributed scripts run under dadtrun too.
+inline constexpr const char kTorchRank[] = "RANK";
+inline constexpr const char kTorchWorldSize[] = "WORLD_SIZE";
+inline constexpr const char kTorchLocalRank[] = "LOCAL_RANK";
+inline constexpr const char kTorchLocalWorldSize[] = "LOCAL_WORLD_SIZE";
+inline constexpr const char kTorchMasterAddr[] = "MASTER_ADDR";
+inline constexpr const char kTorchMasterPort[] = "MASTER_PORT";
+
+// Tuning knobs.
+inline constexpr const char kFusionThreshold[] = "DADT_FUSION_THRESHOLD";  // bytes
+inline constexpr const char kCycleTime[] = "DADT_CYCLE_TIME";              // milliseconds
+inline constexpr const char kCacheCapacity[] = "DADT_CACHE_CAPACITY";      // entries; 0 disables
+inline constexpr const char kHierarchicalAllreduce[] = "DADT_HIERARCHICAL_ALLREDUCE";
+inline constexpr const char kStartTimeout[] = "DADT_START_TIMEOUT";        // seconds
+inline constexpr const char kGlooTimeout[] = "DADT_GLOO_TIMEOUT_SECONDS";  // seconds per collective
+inline constexpr const char kLogLevel[] = "DADT_LOG_LEVEL";  // trace|debug|info|warning|error
+inline constexpr const char kStallCheckTime[] = "DADT_STALL_CHECK_TIME_SECONDS";
+inline constexpr const char kStallShutdownTime[] = "DADT_STALL_SHUTDOWN_TIME_SECONDS";
+inline constexpr const char kTimeline[] = "DADT_TIMELINE";
+
+// Defaults (Horovod's, where Horovod has one).
+inline constexpr int64_t kDefaultFusionThresholdBytes = 128LL * 1024 * 1024;
+inline constexpr double kDefaultCycleTimeMs = 1.0;
+inline constexpr int64_t kDefaultCacheCapacity = 1024;
+inline constexpr int64_t kDefaultStartTimeoutSeconds = 30;
+inline constexpr int64_t kDefaultGlooTimeoutSeconds = 300;
+
+// Returns the variable, or `fallback` when unset or empty.
+std::string GetString(const char* name, const std::string& fallback = "");
+bool IsSet(const char* name);
+// Parse helpers: an unset variable gives `fallback`; a malformed one gives InvalidArgument
+// naming the variable and the bad value.
+StatusOr<int64_t> GetInt(const char* name, int64_t fallback);
+StatusOr<double> GetDouble(const char* name, double fallback);
+StatusOr<bool> GetBool(const char* name, bool fallback);
+
+}  // namespace env
+}  // namespace dadt

@@ -1,0 +1,61 @@
+// Core vocabulary shared by every layer: data types, reduce ops, collective kinds, devices.
+//
+// These enums cross the C API as plain ints, so their numeric values are part of the
+// stable ABI (runtime/c_api.h) and must never be renumbered.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dadt {
+
+enum class DataType : int32_t {
+  kUint8 = 0,
+  kInt8 = 1,
+  kInt32 = 2,
+  kInt64 = 3,
+  kFloat16 = 4,
+  kBfloat16 = 5,
+  kFloat32 = 6,
+  kFloat64 = 7,
+  kBool = 8,
+};
+constexpr int kNumDataTypes = 9;
+
+size_t DataTypeSize(DataType dtype);
+const char* DataTypeName(DataType dtype);
+bool IsFloatingPoint(DataType dtype);
+bool IsValidDataType(int32_t value);
+
+enum class ReduceOp : int32_t {
+  kAverage = 0,
+  kSum = 1,
+  kAdasum = 2,  // reserved; refused today
+  kMin = 3,
+  kMax = 4,
+  kProduct = 5,
+};
+const char* ReduceOpName(ReduceOp op);
+bool IsValidReduceOp(int32_t value);
+
+enum class OpType : int32_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kAlltoall = 3,
+  kReducescatter = 4,
+  kBarrier = 5,
+  kJoin = 6,
+};
+const char* OpTypeName(OpType op);
+
+// -1 is host memory; >= 0 is a CUDA device ordinal.
+constexpr int32_t kCpuDevice = -1;
+
+using Shape = std::vector<int64_t>;
+int64_t NumElements(const Shape& shape);
+std::string ShapeString(const Shape& shape);
+
+}  // namespace dadt
