@@ -1,0 +1,256 @@
+// The C API over dadt::core::Runtime. This file holds the process's one runtime handle (the only
+// process-wide state of the library) and converts DLPack views to the core's requests.
+#include "runtime/c_api.h"
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "runtime/backends/backend.h"
+#include "runtime/core/runtime.h"
+
+namespace {
+
+using dadt::DataType;
+using dadt::Status;
+using dadt::StatusOr;
+using dadt::core::Runtime;
+
+std::mutex g_mu;
+std::unique_ptr<Runtime> g_runtime;  // guarded by g_mu for start/stop; calls read it lock-free
+thread_local std::string t_last_error;
+thread_local int t_last_code = DADT_OK;
+
+int Fail(const Status& s) {
+  t_last_error = s.message();
+  t_last_code = static_cast<int>(s.code());
+  return t_last_code;
+}
+
+Runtime* Get() { return g_runtime.get(); }
+
+constexpr uint8_t kDLBoolCode = 6;  // DLPack >= 0.8; Debian ships 0.6 headers
+
+StatusOr<DataType> ToDataType(const DLDataType& t, const std::string& name) {
+  if (t.lanes == 1) {
+    if (t.code == kDLUInt && t.bits == 8) return DataType::kUint8;
+    if (t.code == kDLInt && t.bits == 8) return DataType::kInt8;
+    if (t.code == kDLInt && t.bits == 32) return DataType::kInt32;
+    if (t.code == kDLInt && t.bits == 64) return DataType::kInt64;
+    if (t.code == kDLFloat && t.bits == 16) return DataType::kFloat16;
+    if (t.code == kDLBfloat && t.bits == 16) return DataType::kBfloat16;
+    if (t.code == kDLFloat && t.bits == 32) return DataType::kFloat32;
+    if (t.code == kDLFloat && t.bits == 64) return DataType::kFloat64;
+    if (t.code == kDLBoolCode && t.bits == 8) return DataType::kBool;
+  }
+  return dadt::InvalidArgument(
+      "tensor '" + name + "' has an unsupported data type (DLPack code " + std::to_string(t.code) +
+      ", " + std::to_string(t.bits) + " bits, " + std::to_string(t.lanes) +
+      " lanes); supported: uint8, int8, int32, int64, float16, bfloat16, float32, float64, bool");
+}
+
+DLDataType ToDLDataType(DataType d) {
+  DLDataType t;
+  t.lanes = 1;
+  t.bits = static_cast<uint8_t>(dadt::DataTypeSize(d) * 8);
+  switch (d) {
+    case DataType::kUint8: t.code = kDLUInt; break;
+    case DataType::kInt8:
+    case DataType::kInt32:
+    case DataType::kInt64: t.code = kDLInt; break;
+    case DataType::kBfloat16: t.code = kDLBfloat; break;
+    case DataType::kBool: t.code = kDLBoolCode; break;
+    default: t.code = kDLFloat; break;
+  }
+  return t;
+}
+
+// Checks that `t` is host memory laid out compactly in row-major order.
+Status CheckLayout(const DLTensor& t, const std::string& name) {
+  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost) {
+    return dadt::InvalidArgument("tensor '" + name +
+                                 "' is not in host memory; GPU tensors need dadt built with NCCL");
+  }
+  if (t.strides == nullptr) return Status::OK();
+  int64_t expected = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    if (t.shape[i] == 0) return Status::OK();  // empty: layout is irrelevant
+    if (t.shape[i] != 1 && t.strides[i] != expected) {
+      return dadt::InvalidArgument("tensor '" + name +
+                                   "' is not contiguous; make it contiguous first (in PyTorch: "
+                                   "tensor.contiguous())");
+    }
+    expected *= t.shape[i];
+  }
+  return Status::OK();
+}
+
+struct OwnedOutput {
+  DLManagedTensor managed;
+  std::unique_ptr<dadt::core::HostBuffer> buffer;
+  std::vector<int64_t> shape;
+};
+
+void DeleteOwnedOutput(DLManagedTensor* m) { delete static_cast<OwnedOutput*>(m->manager_ctx); }
+
+}  // namespace
+
+extern "C" {
+
+void dadt_init_options_default(dadt_init_options* o) {
+  std::memset(o, 0, sizeof(*o));
+  o->struct_size = sizeof(*o);
+  o->fusion_threshold_bytes = -1;
+  o->cycle_time_ms = -1.0;
+  o->cache_capacity = -1;
+  o->backend = nullptr;
+}
+
+void dadt_op_desc_default(dadt_op_desc* d) {
+  std::memset(d, 0, sizeof(*d));
+  d->struct_size = sizeof(*d);
+  d->reduce_op = DADT_REDUCE_AVERAGE;
+  d->prescale_factor = 1.0;
+  d->postscale_factor = 1.0;
+  d->group_id = -1;
+}
+
+int dadt_init(const dadt_init_options* options) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_runtime) return DADT_OK;
+  auto opts = dadt::core::RuntimeOptions::FromEnv();
+  if (!opts.ok()) return Fail(opts.status());
+  if (options) {
+    if (options->fusion_threshold_bytes >= 0) opts->fusion_threshold_bytes = options->fusion_threshold_bytes;
+    if (options->cycle_time_ms >= 0) opts->cycle_time_ms = options->cycle_time_ms;
+    if (options->cache_capacity >= 0) opts->cache_capacity = options->cache_capacity;
+    if (options->backend && *options->backend) opts->backend = options->backend;
+  }
+  auto rt = Runtime::Start(*opts, nullptr);
+  if (!rt.ok()) return Fail(rt.status());
+  g_runtime = std::move(*rt);
+  return DADT_OK;
+}
+
+int dadt_shutdown(void) {
+  std::unique_ptr<Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    rt = std::move(g_runtime);
+  }
+  if (rt) rt->Shutdown();
+  return DADT_OK;
+}
+
+int dadt_is_initialized(void) { return Get() != nullptr; }
+const char* dadt_last_error(void) { return t_last_error.c_str(); }
+int dadt_last_error_code(void) { return t_last_code; }
+
+int dadt_rank(void) { return Get() ? Get()->options().rank : -1; }
+int dadt_size(void) { return Get() ? Get()->options().size : -1; }
+int dadt_local_rank(void) { return Get() ? Get()->options().local_rank : -1; }
+int dadt_local_size(void) { return Get() ? Get()->options().local_size : -1; }
+int dadt_cross_rank(void) { return Get() ? Get()->options().cross_rank : -1; }
+int dadt_cross_size(void) { return Get() ? Get()->options().cross_size : -1; }
+const char* dadt_backend_name(void) { return Get() ? Get()->options().backend.c_str() : nullptr; }
+
+const char* dadt_built_backends(void) {
+  static const std::string names = [] {
+    std::string s;
+    for (const auto& n : dadt::backends::BackendRegistry::Names()) s += (s.empty() ? "" : ",") + n;
+    return s;
+  }();
+  return names.c_str();
+}
+
+int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTensor* output) {
+  Runtime* rt = Get();
+  if (!rt) {
+    Fail(dadt::PreconditionFailed("dadt has not been initialized; use dadt.init()."));
+    return -1;
+  }
+  dadt::core::TensorEntry e;
+  dadt::core::Request& r = e.request;
+  r.op = static_cast<dadt::OpType>(desc->op_type);
+  r.name = desc->name ? desc->name : "";
+  r.reduce_op = static_cast<dadt::ReduceOp>(desc->reduce_op);
+  r.prescale = desc->prescale_factor;
+  r.postscale = desc->postscale_factor;
+  r.root = desc->root_rank;
+  r.group_id = desc->group_id;
+  r.group_size = desc->group_size;
+  if (desc->splits && desc->num_splits > 0) r.splits.assign(desc->splits, desc->splits + desc->num_splits);
+  if (input) {
+    auto dtype = ToDataType(input->dtype, r.name);
+    if (!dtype.ok()) return (Fail(dtype.status()), -1);
+    Status s = CheckLayout(*input, r.name);
+    if (!s.ok()) return (Fail(s), -1);
+    r.dtype = *dtype;
+    r.shape.assign(input->shape, input->shape + input->ndim);
+    e.input = static_cast<const char*>(input->data) + input->byte_offset;
+  }
+  if (output) {
+    Status s = CheckLayout(*output, r.name);
+    if (!s.ok()) return (Fail(s), -1);
+    auto dtype = ToDataType(output->dtype, r.name);
+    if (!dtype.ok()) return (Fail(dtype.status()), -1);
+    if (input && (*dtype != r.dtype || dadt::Shape(output->shape, output->shape + output->ndim) != r.shape)) {
+      return (Fail(dadt::InvalidArgument("output of '" + r.name + "' must match the input's dtype and shape")), -1);
+    }
+    e.output = static_cast<char*>(output->data) + output->byte_offset;
+  }
+  auto h = rt->Enqueue(std::move(e));
+  if (!h.ok()) return (Fail(h.status()), -1);
+  return *h;
+}
+
+int dadt_poll(int64_t handle) { return Get() ? Get()->handles().Poll(handle) : -1; }
+
+int dadt_wait(int64_t handle, char* msg, size_t msg_len) {
+  Runtime* rt = Get();
+  if (!rt) return Fail(dadt::PreconditionFailed("dadt is not running (shut down or never initialized)"));
+  Status s = rt->handles().Wait(handle);
+  if (!s.ok() && msg && msg_len) {
+    std::strncpy(msg, s.message().c_str(), msg_len - 1);
+    msg[msg_len - 1] = '\0';
+  }
+  if (!s.ok()) Fail(s);
+  return static_cast<int>(s.code());
+}
+
+DLManagedTensor* dadt_take_output(int64_t handle) {
+  Runtime* rt = Get();
+  if (!rt) return nullptr;
+  auto buf = rt->handles().TakeOutput(handle);
+  if (!buf) return nullptr;
+  auto* o = new OwnedOutput();
+  o->shape = buf->shape;
+  DLTensor& t = o->managed.dl_tensor;
+  t.data = buf->data.get();
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = static_cast<int32_t>(o->shape.size());
+  t.dtype = ToDLDataType(buf->dtype);
+  t.shape = o->shape.data();
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  o->buffer = std::move(buf);
+  o->managed.manager_ctx = o;
+  o->managed.deleter = DeleteOwnedOutput;
+  return &o->managed;
+}
+
+int64_t dadt_handle_int_result(int64_t handle) { return Get() ? Get()->handles().IntResult(handle) : -1; }
+
+int dadt_handle_received_splits(int64_t handle, int64_t* out, int n) {
+  if (!Get()) return -1;
+  auto splits = Get()->handles().ReceivedSplits(handle);
+  for (int i = 0; i < n && i < static_cast<int>(splits.size()); ++i) out[i] = splits[i];
+  return static_cast<int>(splits.size());
+}
+
+void dadt_release(int64_t handle) {
+  if (Get()) Get()->handles().Release(handle);
+}
+
+}  // extern "C"

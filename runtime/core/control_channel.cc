@@ -1,0 +1,236 @@
+#include "runtime/core/control_channel.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+namespace dadt {
+namespace core {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint32_t kMaxFrameBytes = 64u << 20;
+constexpr char kAddrKey[] = "ctrl/addr";
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+void SetNoDelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+Status SendAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Aborted(Errno("control channel send failed"));
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::OK();
+}
+
+Status SendFrame(int fd, const std::string& payload) {
+  std::string frame(4 + payload.size(), '\0');
+  uint32_t n = static_cast<uint32_t>(payload.size());
+  std::memcpy(&frame[0], &n, 4);
+  std::memcpy(&frame[4], payload.data(), payload.size());
+  return SendAll(fd, frame.data(), frame.size());
+}
+
+// Pops one complete frame from `inbox` into `out`; false when incomplete.
+StatusOr<bool> PopFrame(std::string& inbox, std::string* out) {
+  if (inbox.size() < 4) return false;
+  uint32_t n;
+  std::memcpy(&n, inbox.data(), 4);
+  if (n > kMaxFrameBytes) return Aborted("control channel frame of " + std::to_string(n) + " bytes");
+  if (inbox.size() < 4 + static_cast<size_t>(n)) return false;
+  out->assign(inbox, 4, n);
+  inbox.erase(0, 4 + static_cast<size_t>(n));
+  return true;
+}
+
+// Blocking read of one frame with a deadline (used only for the hello).
+StatusOr<std::string> ReadFrameBlocking(int fd, Clock::time_point deadline) {
+  std::string inbox, frame;
+  char buf[4096];
+  while (true) {
+    auto popped = PopFrame(inbox, &frame);
+    if (!popped.ok()) return popped.status();
+    if (*popped) return frame;
+    int ms = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (ms <= 0) return TimeoutError("timed out waiting for a control-channel hello");
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, ms) <= 0) continue;
+    ssize_t r = recv(fd, buf, sizeof(buf), 0);
+    if (r <= 0) return Aborted("control-channel peer closed during hello");
+    inbox.append(buf, static_cast<size_t>(r));
+  }
+}
+
+// Constant time in the secret's content (its length is not secret).
+bool SecretsEqual(const std::string& given, const std::string& secret) {
+  if (given.size() != secret.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < given.size(); ++i) {
+    diff |= static_cast<unsigned char>(given[i] ^ secret[i]);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ControlChannel>> ControlChannel::Create(
+    int rank, int size, KeyValueStore* store, const std::string& bind_address,
+    const std::string& secret, std::chrono::milliseconds timeout) {
+  std::unique_ptr<ControlChannel> ch(new ControlChannel(rank, size));
+  if (size == 1) return ch;
+  if (rank == 0) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return Aborted(Errno("socket"));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = 0;
+    if (inet_pton(AF_INET, bind_address.c_str(), &addr.sin_addr) != 1) {
+      close(fd);
+      return InvalidArgument("control channel: bad bind address '" + bind_address + "'");
+    }
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, size) != 0) {
+      Status s = Aborted(Errno("control channel: cannot listen on " + bind_address));
+      close(fd);
+      return s;
+    }
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    Status s = store->Set(kAddrKey, bind_address + ":" + std::to_string(ntohs(addr.sin_port)));
+    if (s.ok()) s = ch->Accept(fd, secret, timeout);
+    close(fd);
+    if (!s.ok()) return s;
+    return ch;
+  }
+  auto where = store->Get(kAddrKey, timeout);
+  if (!where.ok()) return where.status();
+  const std::string& hp = *where;
+  const size_t colon = hp.rfind(':');
+  const std::string host = hp.substr(0, colon);
+  const int port = std::atoi(hp.c_str() + colon + 1);
+  const auto deadline = Clock::now() + timeout;
+  int fd = -1;
+  while (true) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) break;
+    close(fd);
+    if (Clock::now() > deadline) {
+      return TimeoutError("rank " + std::to_string(rank) + " could not reach the coordinator at " +
+                          hp + " within " + std::to_string(timeout.count() / 1000) + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  SetNoDelay(fd);
+  DADT_RETURN_IF_ERROR(SendFrame(fd, std::to_string(rank) + " " + secret));
+  ch->peers_.push_back(Peer{fd, 0, ""});
+  ch->fds_.push_back(fd);
+  return ch;
+}
+
+Status ControlChannel::Accept(int listen_fd, const std::string& secret,
+                              std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  peers_.assign(size_ - 1, Peer{});
+  int connected = 0;
+  while (connected < size_ - 1) {
+    int ms = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    pollfd p{listen_fd, POLLIN, 0};
+    if (ms <= 0 || poll(&p, 1, ms) <= 0) {
+      if (Clock::now() < deadline) continue;
+      std::string missing;
+      for (int r = 1; r < size_; ++r) {
+        if (peers_[r - 1].fd < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+      return TimeoutError("timed out after " + std::to_string(timeout.count() / 1000) +
+                          " s waiting for rank(s) " + missing + " to connect to the coordinator");
+    }
+    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    auto hello = ReadFrameBlocking(fd, deadline);
+    int peer_rank = -1;
+    if (hello.ok()) {
+      const size_t sp = hello->find(' ');
+      peer_rank = std::atoi(hello->substr(0, sp).c_str());
+      const std::string given = sp == std::string::npos ? "" : hello->substr(sp + 1);
+      if (!SecretsEqual(given, secret)) peer_rank = -1;
+    }
+    if (peer_rank < 1 || peer_rank >= size_ || peers_[peer_rank - 1].fd >= 0) {
+      close(fd);  // unauthenticated or duplicate: ignore it and keep waiting for the real ranks
+      continue;
+    }
+    SetNoDelay(fd);
+    peers_[peer_rank - 1] = Peer{fd, peer_rank, ""};
+    ++connected;
+  }
+  for (const Peer& p : peers_) fds_.push_back(p.fd);
+  return Status::OK();
+}
+
+ControlChannel::~ControlChannel() {
+  for (const Peer& p : peers_) {
+    if (p.fd >= 0) close(p.fd);
+  }
+}
+
+Status ControlChannel::SendToCoordinator(const std::string& payload) {
+  return SendFrame(peers_[0].fd, payload);
+}
+
+Status ControlChannel::Broadcast(const std::string& payload) {
+  for (const Peer& p : peers_) {
+    Status s = SendFrame(p.fd, payload);
+    if (!s.ok()) return Aborted("lost connection to rank " + std::to_string(p.rank) + ": " + s.message());
+  }
+  return Status::OK();
+}
+
+Status ControlChannel::ReadAvailable(std::vector<std::pair<int, std::string>>* out) {
+  char buf[65536];
+  for (Peer& p : peers_) {
+    while (true) {
+      ssize_t r = recv(p.fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (r > 0) {
+        p.inbox.append(buf, static_cast<size_t>(r));
+        continue;
+      }
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (r < 0 && errno == EINTR) continue;
+      return Aborted(p.rank == 0
+                         ? "lost the connection to the coordinator (rank 0): it exited or crashed"
+                         : "rank " + std::to_string(p.rank) + " disconnected: it exited or crashed");
+    }
+    std::string frame;
+    while (true) {
+      auto popped = PopFrame(p.inbox, &frame);
+      if (!popped.ok()) return popped.status();
+      if (!*popped) break;
+      out->emplace_back(p.rank, std::move(frame));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace core
+}  // namespace dadt

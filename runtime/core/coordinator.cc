@@ -1,0 +1,322 @@
+#include "runtime/core/coordinator.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "runtime/common/logging.h"
+#include "runtime/core/fusion_planner.h"
+
+namespace dadt {
+namespace core {
+namespace {
+
+// "rank 0: [2, 3]; ranks 1, 2: [3]" — each distinct value once, with the ranks that hold it.
+template <typename F>
+std::string DescribeByRank(const std::vector<Request>& by_rank, F value_of) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (const Request& r : by_rank) {
+    if (r.rank < 0) continue;
+    std::string v = value_of(r);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == v; });
+    if (it == groups.end()) {
+      groups.push_back({v, {r.rank}});
+    } else {
+      it->second.push_back(r.rank);
+    }
+  }
+  std::ostringstream os;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (i) os << "; ";
+    os << (groups[i].second.size() == 1 ? "rank " : "ranks ");
+    for (size_t j = 0; j < groups[i].second.size(); ++j) os << (j ? ", " : "") << groups[i].second[j];
+    os << ": " << groups[i].first;
+  }
+  return os.str();
+}
+
+std::string DeviceString(int32_t d) { return d == kCpuDevice ? "CPU" : "GPU " + std::to_string(d); }
+
+std::string ScaleString(const Request& r) {
+  std::ostringstream os;
+  os << "prescale " << r.prescale << ", postscale " << r.postscale;
+  return os.str();
+}
+
+}  // namespace
+
+Coordinator::Coordinator(int size, int64_t fusion_threshold_bytes,
+                         std::chrono::microseconds cycle_time, ResponseCache* cache)
+    : size_(size),
+      fusion_threshold_(fusion_threshold_bytes),
+      cycle_time_(cycle_time),
+      cache_(cache),
+      joined_(size, false) {}
+
+void Coordinator::Receive(const RequestList& list, Clock::time_point now) {
+  for (const Request& r : list.requests) Add(r, now);
+  for (const CachedRef& ref : list.cached) {
+    const Request* cached = cache_ ? cache_->Resolve(ref) : nullptr;
+    if (cached == nullptr) {
+      resend_.insert(resend_.end(), {list.rank, ref.slot, static_cast<int64_t>(ref.generation)});
+      continue;
+    }
+    Request r = *cached;
+    r.rank = list.rank;
+    Add(r, now);
+  }
+  if (list.shutdown) RequestShutdown(list.rank);
+}
+
+void Coordinator::RequestShutdown(int rank) {
+  if (shutdown_rank_ < 0) shutdown_rank_ = rank;
+}
+
+void Coordinator::Add(const Request& request, Clock::time_point now) {
+  if (request.rank < 0 || request.rank >= size_) {
+    DADT_LOG(ERROR) << "dropping request for '" << request.name << "' from invalid rank "
+                    << request.rank;
+    return;
+  }
+  if (request.op == OpType::kJoin) {
+    if (!joined_[request.rank]) {
+      joined_[request.rank] = true;
+      ++joined_count_;
+    }
+    last_joined_ = request.rank;
+    if (joined_count_ == size_) join_pending_response_ = true;
+    for (auto& kv : table_) MarkReadyIfComplete(kv.first, kv.second, now);
+    return;
+  }
+  Pending& p = table_[request.name];
+  if (p.by_rank.empty()) {
+    p.by_rank.resize(size_);
+    for (auto& r : p.by_rank) r.rank = -1;
+  }
+  if (p.by_rank[request.rank].rank >= 0) {
+    DADT_LOG(ERROR) << "rank " << request.rank << " submitted '" << request.name << "' twice";
+    return;
+  }
+  p.by_rank[request.rank] = request;
+  ++p.submitted;
+  MarkReadyIfComplete(request.name, p, now);
+}
+
+bool Coordinator::IsReady(const Pending& p) const {
+  for (int r = 0; r < size_; ++r) {
+    if (p.by_rank[r].rank < 0 && !joined_[r]) return false;
+  }
+  return p.submitted > 0;
+}
+
+void Coordinator::MarkReadyIfComplete(const std::string& name, Pending& p, Clock::time_point now) {
+  if (p.ready || !IsReady(p)) return;
+  p.ready = true;
+  ready_.push_back(name);
+  oldest_ready_ = std::min(oldest_ready_, now);
+  for (const Request& r : p.by_rank) {
+    if (r.rank < 0) continue;
+    ready_bytes_ += r.ByteSize();
+    if (r.group_id >= 0) {
+      auto& g = group_ready_[r.group_id];
+      ++g.first;
+      g.second = r.group_size;
+    }
+    break;
+  }
+}
+
+bool Coordinator::GroupComplete(int64_t group_id) const {
+  auto it = group_ready_.find(group_id);
+  return it != group_ready_.end() && it->second.first >= it->second.second;
+}
+
+std::string Coordinator::Validate(const std::string& name, const Pending& p) const {
+  const Request* first = nullptr;
+  for (const Request& r : p.by_rank) {
+    if (r.rank >= 0) {
+      first = &r;
+      break;
+    }
+  }
+  auto differs = [&](auto field) {
+    for (const Request& r : p.by_rank) {
+      if (r.rank >= 0 && !(field(r) == field(*first))) return true;
+    }
+    return false;
+  };
+  const std::string quoted = "'" + name + "'";
+  if (differs([](const Request& r) { return r.op; })) {
+    return "Mismatched collective operations for tensor " + quoted + ": " +
+           DescribeByRank(p.by_rank, [](const Request& r) { return std::string(OpTypeName(r.op)); });
+  }
+  const std::string op = OpTypeName(first->op);
+  if (differs([](const Request& r) { return r.dtype; })) {
+    return "Mismatched " + op + " data types for tensor " + quoted + ": " +
+           DescribeByRank(p.by_rank,
+                          [](const Request& r) { return std::string(DataTypeName(r.dtype)); });
+  }
+  if (differs([](const Request& r) { return r.device; })) {
+    return "Mismatched " + op + " devices for tensor " + quoted +
+           " (CPU and GPU tensors cannot be mixed): " +
+           DescribeByRank(p.by_rank, [](const Request& r) { return DeviceString(r.device); });
+  }
+  const bool same_shape = first->op == OpType::kAllreduce || first->op == OpType::kBroadcast ||
+                          first->op == OpType::kReducescatter;
+  if (same_shape && differs([](const Request& r) { return r.shape; })) {
+    return "Mismatched " + op + " tensor shapes for tensor " + quoted + ": " +
+           DescribeByRank(p.by_rank, [](const Request& r) { return ShapeString(r.shape); });
+  }
+  if (!same_shape && differs([](const Request& r) {
+        return r.shape.empty() ? Shape{} : Shape(r.shape.begin() + 1, r.shape.end());
+      })) {
+    return "Mismatched " + op + " tensor shapes for tensor " + quoted +
+           " (all dimensions but the first must agree): " +
+           DescribeByRank(p.by_rank, [](const Request& r) { return ShapeString(r.shape); });
+  }
+  if ((first->op == OpType::kAllreduce || first->op == OpType::kReducescatter) &&
+      differs([](const Request& r) { return r.reduce_op; })) {
+    return "Mismatched " + op + " reduce operations for tensor " + quoted + ": " +
+           DescribeByRank(p.by_rank,
+                          [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); });
+  }
+  if (differs([](const Request& r) { return std::make_pair(r.prescale, r.postscale); })) {
+    return "Mismatched " + op + " scale factors for tensor " + quoted + ": " +
+           DescribeByRank(p.by_rank, ScaleString);
+  }
+  if (first->op == OpType::kBroadcast && differs([](const Request& r) { return r.root; })) {
+    return "Mismatched broadcast root ranks for tensor " + quoted + ": " +
+           DescribeByRank(p.by_rank, [](const Request& r) { return "root " + std::to_string(r.root); });
+  }
+  if (first->op != OpType::kAllreduce && first->op != OpType::kBarrier && joined_count_ > 0) {
+    std::string who;
+    for (int r = 0; r < size_; ++r) {
+      if (joined_[r]) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    }
+    return op + " of tensor " + quoted + " cannot run while rank(s) " + who +
+           " have called join(); only allreduce and barrier can";
+  }
+  return "";
+}
+
+Response Coordinator::BuildResponse(const std::string& name, const Pending& p) const {
+  Response resp;
+  resp.names = {name};
+  std::string error = Validate(name, p);
+  if (!error.empty()) {
+    resp.type = Response::Type::kError;
+    resp.error = error;
+    return resp;
+  }
+  const Request* first = nullptr;
+  for (const Request& r : p.by_rank) {
+    if (r.rank >= 0) {
+      first = &r;
+      break;
+    }
+  }
+  resp.type = ResponseTypeFor(first->op);
+  resp.dtype = first->dtype;
+  resp.reduce_op = first->reduce_op;
+  resp.prescale = first->prescale;
+  resp.postscale = first->postscale;
+  resp.root = first->root;
+  resp.device = first->device;
+  resp.total_bytes = first->ByteSize();
+  switch (first->op) {
+    case OpType::kAllreduce:
+      resp.sizes = {NumElements(first->shape)};
+      break;
+    case OpType::kAllgather:
+      for (const Request& r : p.by_rank) resp.sizes.push_back(r.shape.empty() ? 1 : r.shape[0]);
+      break;
+    case OpType::kAlltoall:
+      for (const Request& r : p.by_rank) resp.sizes.insert(resp.sizes.end(), r.splits.begin(), r.splits.end());
+      break;
+    default:
+      break;
+  }
+  return resp;
+}
+
+ResponseList Coordinator::Compute(Clock::time_point now) {
+  ResponseList list;
+  list.resend.swap(resend_);
+  if (shutdown_rank_ >= 0) {
+    list.shutdown = true;
+    list.abort = "dadt was shut down by rank " + std::to_string(shutdown_rank_) +
+                 " while this collective was pending";
+    return list;
+  }
+  const bool everything_ready = ready_.size() == table_.size();
+  const bool release = !ready_.empty() &&
+                       (everything_ready || now - oldest_ready_ >= cycle_time_ ||
+                        (fusion_threshold_ > 0 && ready_bytes_ >= fusion_threshold_));
+  if (release) {
+    std::vector<Response> ready;
+    std::vector<std::string> held;  // grouped tensors whose group is not complete yet
+    for (const std::string& name : ready_) {
+      auto it = table_.find(name);
+      const Pending& p = it->second;
+      int64_t group = -1;
+      for (const Request& r : p.by_rank) {
+        if (r.rank >= 0) {
+          group = r.group_id;
+          break;
+        }
+      }
+      if (group >= 0 && !GroupComplete(group)) {
+        held.push_back(name);
+        continue;
+      }
+      Response resp = BuildResponse(name, p);
+      if (resp.type != Response::Type::kError && cache_ && cache_->enabled()) {
+        const Request& canonical = *std::find_if(p.by_rank.begin(), p.by_rank.end(),
+                                                 [](const Request& r) { return r.rank >= 0; });
+        if (canonical.Cacheable()) {
+          CachedRef ref = cache_->Assign(canonical);
+          resp.cache_slots = {ref.slot};
+          resp.cache_generations = {ref.generation};
+        }
+      }
+      table_.erase(it);
+      ready.push_back(std::move(resp));
+    }
+    // Recompute bookkeeping for what stays held.
+    group_ready_.clear();
+    ready_bytes_ = 0;
+    for (const std::string& name : held) {
+      const Pending& p = table_[name];
+      for (const Request& r : p.by_rank) {
+        if (r.rank < 0) continue;
+        ready_bytes_ += r.ByteSize();
+        if (r.group_id >= 0) {
+          auto& g = group_ready_[r.group_id];
+          ++g.first;
+          g.second = r.group_size;
+        }
+        break;
+      }
+    }
+    ready_ = std::move(held);
+    oldest_ready_ = ready_.empty() ? Clock::time_point::max() : now;
+    list.responses = PlanFusion(std::move(ready), fusion_threshold_);
+  }
+  if (join_pending_response_ && table_.empty()) {
+    Response join;
+    join.type = Response::Type::kJoin;
+    join.last_joined_rank = last_joined_;
+    list.responses.push_back(join);
+    join_pending_response_ = false;
+    std::fill(joined_.begin(), joined_.end(), false);
+    joined_count_ = 0;
+  }
+  return list;
+}
+
+Coordinator::Clock::time_point Coordinator::NextDeadline() const {
+  if (ready_.empty()) return Clock::time_point::max();
+  return oldest_ready_ + cycle_time_;
+}
+
+}  // namespace core
+}  // namespace dadt

@@ -1,0 +1,89 @@
+// Coordinator: rank 0's negotiation logic. Pure state machine, no I/O, so it is unit-tested with
+// any number of simulated ranks.
+//
+// Protocol, per tensor name:
+//  1. Each rank submits a Request (directly, or as a CachedRef resolved through the ResponseCache).
+//  2. When every rank that has not called join() has submitted the name, the tensor is ready. The
+//     coordinator checks that op, dtype, shape, reduce op, scale factors, root rank and device agree
+//     across ranks; a disagreement becomes an error Response naming the tensor, the ranks and what
+//     differed, delivered to every rank.
+//  3. Ready tensors are released as one ordered ResponseList, fused by the FusionPlanner. Release
+//     happens at once when nothing else is partly submitted (a lone small allreduce never waits a
+//     cycle), and otherwise when the oldest ready tensor has waited one cycle time or the ready
+//     bytes reach the fusion threshold, so tensors arriving close together share a collective.
+//  4. join(): a joined rank counts as having submitted every allreduce (it contributes zeros);
+//     when all ranks have joined, a Join response carries the last rank to join.
+//  5. Shutdown from any rank ends the job for every rank (pending work fails), as in Horovod, so a
+//     rank that exits never leaves the others waiting forever.
+// Not thread-safe: owned by rank 0's loop thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/core/message.h"
+#include "runtime/core/response_cache.h"
+
+namespace dadt {
+namespace core {
+
+class Coordinator {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Coordinator(int size, int64_t fusion_threshold_bytes, std::chrono::microseconds cycle_time,
+              ResponseCache* cache);
+
+  // Takes one rank's batch. Stale cached refs are queued for a resend request.
+  void Receive(const RequestList& list, Clock::time_point now);
+  void Add(const Request& request, Clock::time_point now);
+  void RequestShutdown(int rank);
+
+  // Decides what is released now. An empty list (no responses, no shutdown) means "nothing yet".
+  ResponseList Compute(Clock::time_point now);
+  // When Compute should run again even if no new request arrives; Clock::time_point::max() if never.
+  Clock::time_point NextDeadline() const;
+
+  void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
+  void set_cycle_time(std::chrono::microseconds t) { cycle_time_ = t; }
+  size_t pending() const { return table_.size(); }
+
+ private:
+  struct Pending {
+    std::vector<Request> by_rank;  // by_rank[r].rank == -1 until rank r submits
+    int submitted = 0;
+    bool ready = false;
+  };
+
+  bool IsReady(const Pending& p) const;
+  void MarkReadyIfComplete(const std::string& name, Pending& p, Clock::time_point now);
+  Response BuildResponse(const std::string& name, const Pending& p) const;
+  std::string Validate(const std::string& name, const Pending& p) const;
+  bool GroupComplete(int64_t group_id) const;
+
+  int size_;
+  int64_t fusion_threshold_;
+  std::chrono::microseconds cycle_time_;
+  ResponseCache* cache_;
+
+  std::unordered_map<std::string, Pending> table_;
+  std::vector<std::string> ready_;  // in the order tensors became ready
+  Clock::time_point oldest_ready_ = Clock::time_point::max();
+  int64_t ready_bytes_ = 0;
+  std::map<int64_t, std::pair<int, int>> group_ready_;  // group id -> (members ready, size)
+
+  std::vector<bool> joined_;
+  int joined_count_ = 0;
+  int last_joined_ = -1;
+  bool join_pending_response_ = false;
+
+  std::vector<int64_t> resend_;
+  int shutdown_rank_ = -1;
+};
+
+}  // namespace core
+}  // namespace dadt

@@ -1,0 +1,209 @@
+#include "runtime/core/executor.h"
+
+#include <cstring>
+
+#include "runtime/common/reduce.h"
+
+namespace dadt {
+namespace core {
+namespace {
+
+int64_t RowElements(const Shape& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+Shape WithFirstDim(const Shape& shape, int64_t first) {
+  Shape s = shape.empty() ? Shape{first} : shape;
+  s[0] = first;
+  return s;
+}
+
+ReduceOp BackendOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+
+double PostFactor(const Response& r, int size) {
+  return r.postscale * (r.reduce_op == ReduceOp::kAverage ? 1.0 / size : 1.0);
+}
+
+Status Scale(void* buf, int64_t n, DataType dtype, double factor) {
+  if (factor == 1.0 || n == 0) return Status::OK();
+  return ScaleBuffer(buf, n, dtype, factor);
+}
+
+}  // namespace
+
+Executor::Executor(backends::Backend* backend, int rank, int size, HandleTable* handles,
+                   TensorQueue* queue)
+    : backend_(backend), rank_(rank), size_(size), handles_(handles), queue_(queue) {}
+
+uint8_t* Executor::FusionBuffer(int64_t bytes) {
+  if (bytes > fusion_bytes_) {
+    fusion_.reset(new uint8_t[bytes]);
+    fusion_bytes_ = bytes;
+  }
+  return fusion_.get();
+}
+
+void Executor::Finish(TensorEntry& entry, HandleResult result) {
+  queue_->Finish(entry.request.name);
+  handles_->Complete(entry.handle, std::move(result));
+}
+
+Status Executor::Execute(const Response& r, EntryMap& entries) {
+  if (r.type == Response::Type::kAllreduce) return Allreduce(r, entries);
+  if (r.type == Response::Type::kJoin) {
+    auto it = entries.find(kJoinName);
+    if (it != entries.end()) {
+      HandleResult res;
+      res.int_result = r.last_joined_rank;
+      Finish(it->second, std::move(res));
+      entries.erase(it);
+    }
+    return Status::OK();
+  }
+  for (const std::string& name : r.names) {
+    auto it = entries.find(name);
+    if (it == entries.end()) continue;  // a joined rank is not part of this one
+    TensorEntry& e = it->second;
+    Status s;
+    switch (r.type) {
+      case Response::Type::kError: s = MismatchError(r.error); break;
+      case Response::Type::kAllgather: s = Allgather(r, e); break;
+      case Response::Type::kBroadcast: s = Broadcast(r, e); break;
+      case Response::Type::kAlltoall: s = Alltoall(r, e); break;
+      case Response::Type::kReducescatter: s = Reducescatter(r, e); break;
+      case Response::Type::kBarrier: break;
+      default: s = InternalError("unexpected response type"); break;
+    }
+    // Successful allocating ops completed the handle themselves (with their output).
+    if (!s.ok() || r.type == Response::Type::kBarrier || r.type == Response::Type::kBroadcast) {
+      HandleResult res;
+      res.status = s;
+      Finish(e, std::move(res));
+    }
+    entries.erase(it);
+    if (!s.ok() && r.type != Response::Type::kError) return s;
+  }
+  return Status::OK();
+}
+
+Status Executor::Allreduce(const Response& r, EntryMap& entries) {
+  const int64_t esize = static_cast<int64_t>(DataTypeSize(r.dtype));
+  int64_t total = 0;
+  for (int64_t n : r.sizes) total += n;
+  std::vector<TensorEntry*> mine(r.names.size(), nullptr);
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    auto it = entries.find(r.names[i]);
+    if (it != entries.end()) mine[i] = &it->second;
+  }
+  uint8_t* buf;
+  const bool fused = r.names.size() > 1 || mine[0] == nullptr;
+  if (!fused) {
+    TensorEntry& e = *mine[0];
+    buf = static_cast<uint8_t*>(e.output);
+    if (e.input != e.output && total > 0) std::memcpy(buf, e.input, total * esize);
+  } else {
+    buf = FusionBuffer(total * esize);
+    int64_t off = 0;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const int64_t bytes = r.sizes[i] * esize;
+      if (mine[i]) {
+        if (bytes) std::memcpy(buf + off, mine[i]->input, bytes);
+      } else if (bytes) {
+        std::memset(buf + off, 0, bytes);
+      }
+      off += bytes;
+    }
+  }
+  Status s = Scale(buf, total, r.dtype, r.prescale);
+  if (s.ok() && total > 0) s = backend_->Allreduce(buf, total, r.dtype, BackendOp(r.reduce_op));
+  if (s.ok()) s = Scale(buf, total, r.dtype, PostFactor(r, size_));
+  if (s.ok() && fused) {
+    int64_t off = 0;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const int64_t bytes = r.sizes[i] * esize;
+      if (mine[i] && bytes) std::memcpy(mine[i]->output, buf + off, bytes);
+      off += bytes;
+    }
+  }
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (!mine[i]) continue;
+    HandleResult res;
+    res.status = s;
+    Finish(*mine[i], std::move(res));
+    entries.erase(r.names[i]);
+  }
+  return s;
+}
+
+Status Executor::Allgather(const Response& r, TensorEntry& e) {
+  const Shape& shape = e.request.shape;
+  const int64_t row_bytes = RowElements(shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
+  std::vector<int64_t> bytes(size_);
+  int64_t rows = 0;
+  for (int i = 0; i < size_; ++i) {
+    bytes[i] = r.sizes[i] * row_bytes;
+    rows += r.sizes[i];
+  }
+  auto out = HostBuffer::Allocate(r.dtype, WithFirstDim(shape, rows));
+  DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, out->data.get(), bytes));
+  HandleResult res;
+  res.output = std::move(out);
+  Finish(e, std::move(res));
+  return Status::OK();
+}
+
+Status Executor::Broadcast(const Response& r, TensorEntry& e) {
+  const int64_t bytes = e.request.ByteSize();
+  if (rank_ == r.root && e.input != e.output && bytes) std::memcpy(e.output, e.input, bytes);
+  if (bytes == 0) return Status::OK();
+  return backend_->Broadcast(e.output, bytes, r.root);
+}
+
+Status Executor::Alltoall(const Response& r, TensorEntry& e) {
+  const Shape& shape = e.request.shape;
+  const int64_t row_bytes = RowElements(shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
+  std::vector<int64_t> send(size_), recv(size_), splits(size_);
+  int64_t rows = 0;
+  for (int j = 0; j < size_; ++j) {
+    send[j] = r.sizes[rank_ * size_ + j] * row_bytes;
+    splits[j] = r.sizes[j * size_ + rank_];
+    recv[j] = splits[j] * row_bytes;
+    rows += splits[j];
+  }
+  auto out = HostBuffer::Allocate(r.dtype, WithFirstDim(shape, rows));
+  DADT_RETURN_IF_ERROR(backend_->Alltoallv(e.input, send, out->data.get(), recv));
+  HandleResult res;
+  res.output = std::move(out);
+  res.received_splits = std::move(splits);
+  Finish(e, std::move(res));
+  return Status::OK();
+}
+
+Status Executor::Reducescatter(const Response& r, TensorEntry& e) {
+  const Shape& shape = e.request.shape;
+  const int64_t d0 = shape.empty() ? 1 : shape[0];
+  const int64_t row = RowElements(shape);
+  std::vector<int64_t> counts(size_);
+  for (int i = 0; i < size_; ++i) counts[i] = (d0 / size_ + (i < d0 % size_ ? 1 : 0)) * row;
+  const void* in = e.input;
+  const int64_t total = d0 * row;
+  if (r.prescale != 1.0 && total > 0) {
+    uint8_t* staged = FusionBuffer(total * static_cast<int64_t>(DataTypeSize(r.dtype)));
+    std::memcpy(staged, e.input, total * DataTypeSize(r.dtype));
+    DADT_RETURN_IF_ERROR(Scale(staged, total, r.dtype, r.prescale));
+    in = staged;
+  }
+  const int64_t my_rows = d0 / size_ + (rank_ < d0 % size_ ? 1 : 0);
+  auto out = HostBuffer::Allocate(r.dtype, WithFirstDim(shape, my_rows));
+  DADT_RETURN_IF_ERROR(backend_->Reducescatter(in, out->data.get(), counts, r.dtype, BackendOp(r.reduce_op)));
+  DADT_RETURN_IF_ERROR(Scale(out->data.get(), counts[rank_], r.dtype, PostFactor(r, size_)));
+  HandleResult res;
+  res.output = std::move(out);
+  Finish(e, std::move(res));
+  return Status::OK();
+}
+
+}  // namespace core
+}  // namespace dadt

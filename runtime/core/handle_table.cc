@@ -1,0 +1,74 @@
+#include "runtime/core/handle_table.h"
+
+namespace dadt {
+namespace core {
+
+std::unique_ptr<HostBuffer> HostBuffer::Allocate(DataType dtype, Shape shape) {
+  auto b = std::make_unique<HostBuffer>();
+  b->dtype = dtype;
+  b->bytes = NumElements(shape) * static_cast<int64_t>(DataTypeSize(dtype));
+  b->shape = std::move(shape);
+  // Uninitialised on purpose: the collective overwrites every byte.
+  b->data.reset(new uint8_t[b->bytes > 0 ? b->bytes : 1]);
+  return b;
+}
+
+int64_t HandleTable::Create() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t h = next_++;
+  entries_.emplace(h, Entry{});
+  return h;
+}
+
+void HandleTable::Complete(int64_t handle, HandleResult result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(handle);
+    if (it == entries_.end()) return;
+    it->second.done = true;
+    it->second.result = std::move(result);
+  }
+  cv_.notify_all();
+}
+
+int HandleTable::Poll(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end()) return -1;
+  return it->second.done ? 1 : 0;
+}
+
+Status HandleTable::Wait(int64_t handle) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end()) return InvalidArgument("unknown handle " + std::to_string(handle));
+  cv_.wait(lock, [&] { return it->second.done; });
+  return it->second.result.status;
+}
+
+std::unique_ptr<HostBuffer> HandleTable::TakeOutput(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end() || !it->second.done) return nullptr;
+  return std::move(it->second.result.output);
+}
+
+int64_t HandleTable::IntResult(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(handle);
+  return it == entries_.end() ? -1 : it->second.result.int_result;
+}
+
+std::vector<int64_t> HandleTable::ReceivedSplits(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(handle);
+  return it == entries_.end() ? std::vector<int64_t>{} : it->second.result.received_splits;
+}
+
+void HandleTable::Release(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_.erase(handle);
+}
+
+}  // namespace core
+}  // namespace dadt

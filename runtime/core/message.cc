@@ -1,0 +1,169 @@
+#include "runtime/core/message.h"
+
+#include "runtime/core/wire.h"
+
+namespace dadt {
+namespace core {
+namespace {
+
+constexpr uint32_t kRequestMagic = 0x44515251;   // "QRQD"
+constexpr uint32_t kResponseMagic = 0x44535052;  // "RPSD"
+
+void PutRequest(ByteWriter& w, const Request& r) {
+  w.Put<int32_t>(r.rank);
+  w.Put<int32_t>(static_cast<int32_t>(r.op));
+  w.PutString(r.name);
+  w.Put<int32_t>(static_cast<int32_t>(r.dtype));
+  w.PutInts(r.shape);
+  w.Put<int32_t>(r.root);
+  w.Put<int32_t>(static_cast<int32_t>(r.reduce_op));
+  w.Put<double>(r.prescale);
+  w.Put<double>(r.postscale);
+  w.Put<int32_t>(r.device);
+  w.Put<int64_t>(r.group_id);
+  w.Put<int32_t>(r.group_size);
+  w.PutInts(r.splits);
+}
+
+Request GetRequest(ByteReader& rd) {
+  Request r;
+  r.rank = rd.Get<int32_t>();
+  r.op = static_cast<OpType>(rd.Get<int32_t>());
+  r.name = rd.GetString();
+  r.dtype = static_cast<DataType>(rd.Get<int32_t>());
+  r.shape = rd.GetInts();
+  r.root = rd.Get<int32_t>();
+  r.reduce_op = static_cast<ReduceOp>(rd.Get<int32_t>());
+  r.prescale = rd.Get<double>();
+  r.postscale = rd.Get<double>();
+  r.device = rd.Get<int32_t>();
+  r.group_id = rd.Get<int64_t>();
+  r.group_size = rd.Get<int32_t>();
+  r.splits = rd.GetInts();
+  return r;
+}
+
+}  // namespace
+
+bool Request::SameSignature(const Request& o) const {
+  return op == o.op && name == o.name && dtype == o.dtype && shape == o.shape && root == o.root &&
+         reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
+         device == o.device && group_id == o.group_id && group_size == o.group_size &&
+         splits == o.splits;
+}
+
+bool Request::Cacheable() const {
+  // Allgather and alltoall carry per-rank sizes; grouped members carry per-call group ids.
+  return (op == OpType::kAllreduce || op == OpType::kBroadcast || op == OpType::kReducescatter) &&
+         group_id < 0;
+}
+
+Response::Type ResponseTypeFor(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce: return Response::Type::kAllreduce;
+    case OpType::kAllgather: return Response::Type::kAllgather;
+    case OpType::kBroadcast: return Response::Type::kBroadcast;
+    case OpType::kAlltoall: return Response::Type::kAlltoall;
+    case OpType::kReducescatter: return Response::Type::kReducescatter;
+    case OpType::kBarrier: return Response::Type::kBarrier;
+    case OpType::kJoin: return Response::Type::kJoin;
+  }
+  return Response::Type::kError;
+}
+
+std::string SerializeRequestList(const RequestList& list) {
+  ByteWriter w;
+  w.Put<uint32_t>(kRequestMagic);
+  w.Put<int32_t>(list.rank);
+  w.Put<uint8_t>(list.shutdown ? 1 : 0);
+  w.Put<uint32_t>(static_cast<uint32_t>(list.requests.size()));
+  for (const auto& r : list.requests) PutRequest(w, r);
+  w.Put<uint32_t>(static_cast<uint32_t>(list.cached.size()));
+  for (const auto& c : list.cached) {
+    w.Put<int32_t>(c.slot);
+    w.Put<uint32_t>(c.generation);
+  }
+  return w.Take();
+}
+
+StatusOr<RequestList> ParseRequestList(const std::string& bytes) {
+  ByteReader rd(bytes.data(), bytes.size());
+  if (rd.Get<uint32_t>() != kRequestMagic) return InternalError("bad request list header");
+  RequestList list;
+  list.rank = rd.Get<int32_t>();
+  list.shutdown = rd.Get<uint8_t>() != 0;
+  uint32_t n = rd.Get<uint32_t>();
+  for (uint32_t i = 0; i < n && rd.ok(); ++i) list.requests.push_back(GetRequest(rd));
+  uint32_t m = rd.Get<uint32_t>();
+  for (uint32_t i = 0; i < m && rd.ok(); ++i) {
+    CachedRef c;
+    c.slot = rd.Get<int32_t>();
+    c.generation = rd.Get<uint32_t>();
+    list.cached.push_back(c);
+  }
+  if (!rd.ok() || !rd.done()) return InternalError("truncated or malformed request list");
+  return list;
+}
+
+std::string SerializeResponseList(const ResponseList& list) {
+  ByteWriter w;
+  w.Put<uint32_t>(kResponseMagic);
+  w.Put<uint8_t>(list.shutdown ? 1 : 0);
+  w.PutString(list.abort);
+  w.PutInts(list.resend);
+  w.Put<uint32_t>(static_cast<uint32_t>(list.responses.size()));
+  for (const auto& r : list.responses) {
+    w.Put<int32_t>(static_cast<int32_t>(r.type));
+    w.Put<uint32_t>(static_cast<uint32_t>(r.names.size()));
+    for (size_t i = 0; i < r.names.size(); ++i) {
+      w.PutString(r.names[i]);
+      w.Put<int32_t>(r.cache_slots.empty() ? -1 : r.cache_slots[i]);
+      w.Put<uint32_t>(r.cache_generations.empty() ? 0 : r.cache_generations[i]);
+    }
+    w.Put<int32_t>(static_cast<int32_t>(r.dtype));
+    w.Put<int32_t>(static_cast<int32_t>(r.reduce_op));
+    w.Put<double>(r.prescale);
+    w.Put<double>(r.postscale);
+    w.Put<int32_t>(r.root);
+    w.Put<int32_t>(r.device);
+    w.PutInts(r.sizes);
+    w.PutString(r.error);
+    w.Put<int32_t>(r.last_joined_rank);
+  }
+  return w.Take();
+}
+
+StatusOr<ResponseList> ParseResponseList(const std::string& bytes) {
+  ByteReader rd(bytes.data(), bytes.size());
+  if (rd.Get<uint32_t>() != kResponseMagic) return InternalError("bad response list header");
+  ResponseList list;
+  list.shutdown = rd.Get<uint8_t>() != 0;
+  list.abort = rd.GetString();
+  list.resend = rd.GetInts();
+  uint32_t n = rd.Get<uint32_t>();
+  for (uint32_t i = 0; i < n && rd.ok(); ++i) {
+    Response r;
+    r.type = static_cast<Response::Type>(rd.Get<int32_t>());
+    uint32_t k = rd.Get<uint32_t>();
+    for (uint32_t j = 0; j < k && rd.ok(); ++j) {
+      r.names.push_back(rd.GetString());
+      r.cache_slots.push_back(rd.Get<int32_t>());
+      r.cache_generations.push_back(rd.Get<uint32_t>());
+    }
+    r.dtype = static_cast<DataType>(rd.Get<int32_t>());
+    r.reduce_op = static_cast<ReduceOp>(rd.Get<int32_t>());
+    r.prescale = rd.Get<double>();
+    r.postscale = rd.Get<double>();
+    r.root = rd.Get<int32_t>();
+    r.device = rd.Get<int32_t>();
+    r.sizes = rd.GetInts();
+    r.error = rd.GetString();
+    r.last_joined_rank = rd.Get<int32_t>();
+    list.responses.push_back(std::move(r));
+  }
+  if (!rd.ok() || !rd.done()) return InternalError("truncated or malformed response list");
+  return list;
+}
+
+}  // namespace core
+}  // namespace dadt

@@ -1,0 +1,101 @@
+// The controller's messages: what a rank asks for (Request) and what the coordinator decides
+// (Response), batched per round trip as RequestList / ResponseList.
+//
+// A Request describes one tensor a rank has enqueued. Ranks send a full Request the first time a
+// tensor name is seen, and afterwards only a CachedRef (slot, generation) into the response cache
+// (runtime/core/response_cache.h). The coordinator answers with an ordered ResponseList that every
+// rank executes in the same order; a Response may fuse several allreduce tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/common/status.h"
+#include "runtime/common/types.h"
+
+namespace dadt {
+namespace core {
+
+struct Request {
+  int32_t rank = 0;
+  OpType op = OpType::kAllreduce;
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  Shape shape;
+  int32_t root = 0;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t device = kCpuDevice;
+  int64_t group_id = -1;
+  int32_t group_size = 0;
+  std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+
+  // True when every field except `rank` matches: the cache's notion of "the same tensor again".
+  bool SameSignature(const Request& other) const;
+  // Whether the response cache may hold this request (its parameters do not vary by rank).
+  bool Cacheable() const;
+  int64_t ByteSize() const { return NumElements(shape) * static_cast<int64_t>(DataTypeSize(dtype)); }
+};
+
+struct CachedRef {
+  int32_t slot = 0;
+  uint32_t generation = 0;
+};
+
+struct RequestList {
+  int32_t rank = 0;
+  std::vector<Request> requests;
+  std::vector<CachedRef> cached;
+  bool shutdown = false;
+};
+
+struct Response {
+  enum class Type : int32_t {
+    kAllreduce = 0,
+    kAllgather,
+    kBroadcast,
+    kAlltoall,
+    kReducescatter,
+    kBarrier,
+    kJoin,
+    kError,
+  };
+  Type type = Type::kAllreduce;
+  std::vector<std::string> names;
+  // Parallel to names: where the response cache holds (or now assigns) each name; -1 if not.
+  std::vector<int32_t> cache_slots;
+  std::vector<uint32_t> cache_generations;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = 0;
+  int32_t device = kCpuDevice;
+  // allreduce: element count per name; allgather: first dimension per rank;
+  // alltoall: size x size matrix of rows (row r = what rank r sends to each rank).
+  std::vector<int64_t> sizes;
+  std::string error;            // kError
+  int32_t last_joined_rank = -1;  // kJoin
+  int64_t total_bytes = 0;      // coordinator-side bookkeeping for fusion; not sent
+};
+
+struct ResponseList {
+  std::vector<Response> responses;
+  // Cached refs the coordinator could not resolve (a slot reassigned meanwhile): the rank resends
+  // the full request. Each entry is {rank, slot, generation}.
+  std::vector<int64_t> resend;
+  bool shutdown = false;
+  std::string abort;  // non-empty: the job is broken; every rank fails its pending work with it
+};
+
+std::string SerializeRequestList(const RequestList& list);
+StatusOr<RequestList> ParseRequestList(const std::string& bytes);
+std::string SerializeResponseList(const ResponseList& list);
+StatusOr<ResponseList> ParseResponseList(const std::string& bytes);
+
+Response::Type ResponseTypeFor(OpType op);
+
+}  // namespace core
+}  // namespace dadt

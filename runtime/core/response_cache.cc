@@ -1,0 +1,67 @@
+#include "runtime/core/response_cache.h"
+
+namespace dadt {
+namespace core {
+
+ResponseCache::ResponseCache(int64_t capacity) : slots_(capacity > 0 ? capacity : 0) {}
+
+std::optional<CachedRef> ResponseCache::Lookup(const Request& req) const {
+  if (!enabled() || !req.Cacheable()) return std::nullopt;
+  auto it = by_name_.find(req.name);
+  if (it == by_name_.end()) return std::nullopt;
+  const Slot& s = slots_[it->second];
+  if (!s.request.SameSignature(req)) return std::nullopt;
+  return CachedRef{it->second, s.generation};
+}
+
+const Request* ResponseCache::Resolve(const CachedRef& ref) {
+  if (ref.slot < 0 || ref.slot >= capacity()) return nullptr;
+  Slot& s = slots_[ref.slot];
+  if (!s.used || s.generation != ref.generation) return nullptr;
+  s.last_use = ++clock_;
+  return &s.request;
+}
+
+CachedRef ResponseCache::Assign(const Request& req) {
+  int32_t slot = -1;
+  auto it = by_name_.find(req.name);
+  if (it != by_name_.end()) {
+    slot = it->second;
+  } else {
+    uint64_t oldest = UINT64_MAX;
+    for (int32_t i = 0; i < capacity(); ++i) {
+      if (!slots_[i].used) {
+        slot = i;
+        break;
+      }
+      if (slots_[i].last_use < oldest) {
+        oldest = slots_[i].last_use;
+        slot = i;
+      }
+    }
+  }
+  CachedRef ref{slot, slots_[slot].generation + 1};
+  Store(ref.slot, ref.generation, req);
+  return ref;
+}
+
+void ResponseCache::Put(const CachedRef& ref, const Request& req) {
+  if (ref.slot < 0 || ref.slot >= capacity()) return;
+  Store(ref.slot, ref.generation, req);
+}
+
+void ResponseCache::Store(int32_t slot, uint32_t generation, const Request& req) {
+  Slot& s = slots_[slot];
+  if (s.used) by_name_.erase(s.request.name);
+  auto old = by_name_.find(req.name);
+  if (old != by_name_.end() && old->second != slot) slots_[old->second].used = false;
+  s.used = true;
+  s.generation = generation;
+  s.last_use = ++clock_;
+  s.request = req;
+  s.request.rank = 0;
+  by_name_[req.name] = slot;
+}
+
+}  // namespace core
+}  // namespace dadt

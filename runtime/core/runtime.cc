@@ -1,0 +1,400 @@
+#include "runtime/core/runtime.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <vector>
+
+#include "runtime/common/env.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/rendezvous/client.h"
+#include "runtime/common/rendezvous/in_memory_store.h"
+
+namespace dadt {
+namespace core {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+#define DADT_ASSIGN_ENV(lhs, expr)          \
+  do {                                      \
+    auto _v = (expr);                       \
+    if (!_v.ok()) return _v.status();       \
+    lhs = *_v;                              \
+  } while (0)
+
+// The IPv4 address the coordinator listens on: the chosen interface's, loopback when every rank
+// is on this host, else the address the hostname resolves to.
+StatusOr<std::string> BindAddress(const RuntimeOptions& o) {
+  if (!o.iface.empty()) {
+    ifaddrs* list = nullptr;
+    if (getifaddrs(&list) != 0) return Aborted("getifaddrs failed");
+    std::string found;
+    for (ifaddrs* a = list; a; a = a->ifa_next) {
+      if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && o.iface == a->ifa_name) {
+        char buf[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof(buf));
+        found = buf;
+        break;
+      }
+    }
+    freeifaddrs(list);
+    if (found.empty()) return InvalidArgument("network interface '" + o.iface + "' has no IPv4 address");
+    return found;
+  }
+  if (o.local_size == o.size) return std::string("127.0.0.1");
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  if (getaddrinfo(host, nullptr, &hints, &res) != 0 || !res) {
+    return InvalidArgument(std::string("cannot resolve this host's name '") + host +
+                           "'; pass --network-interface");
+  }
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
+  freeaddrinfo(res);
+  return std::string(buf);
+}
+
+uint64_t RefKey(const CachedRef& r) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(r.slot)) << 32) | r.generation;
+}
+
+}  // namespace
+
+StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
+  RuntimeOptions o;
+  // dadtrun's names first, then torchrun's, so plain torchrun launches work too.
+  auto first_int = [](const char* a, const char* b, int64_t fallback) -> StatusOr<int64_t> {
+    return env::IsSet(a) ? env::GetInt(a, fallback) : env::GetInt(b, fallback);
+  };
+  DADT_ASSIGN_ENV(o.rank, first_int(env::kRank, env::kTorchRank, 0));
+  DADT_ASSIGN_ENV(o.size, first_int(env::kSize, env::kTorchWorldSize, 1));
+  DADT_ASSIGN_ENV(o.local_rank, first_int(env::kLocalRank, env::kTorchLocalRank, o.rank));
+  DADT_ASSIGN_ENV(o.local_size, first_int(env::kLocalSize, env::kTorchLocalWorldSize, o.size));
+  DADT_ASSIGN_ENV(o.cross_rank, env::GetInt(env::kCrossRank, 0));
+  DADT_ASSIGN_ENV(o.cross_size, env::GetInt(env::kCrossSize, 1));
+  DADT_ASSIGN_ENV(o.fusion_threshold_bytes,
+                  env::GetInt(env::kFusionThreshold, env::kDefaultFusionThresholdBytes));
+  DADT_ASSIGN_ENV(o.cycle_time_ms, env::GetDouble(env::kCycleTime, env::kDefaultCycleTimeMs));
+  DADT_ASSIGN_ENV(o.cache_capacity, env::GetInt(env::kCacheCapacity, env::kDefaultCacheCapacity));
+  int64_t start_s, op_s;
+  DADT_ASSIGN_ENV(start_s, env::GetInt(env::kStartTimeout, env::kDefaultStartTimeoutSeconds));
+  DADT_ASSIGN_ENV(op_s, env::GetInt(env::kGlooTimeout, env::kDefaultGlooTimeoutSeconds));
+  o.start_timeout = std::chrono::seconds(start_s);
+  o.op_timeout = std::chrono::seconds(op_s);
+  o.iface = env::GetString(env::kIface);
+  o.secret = env::GetString(env::kSecret);
+  const std::string controller = env::GetString(env::kController, "gloo");
+  o.backend = controller;
+  if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
+    return InvalidArgument("bad job geometry: rank " + std::to_string(o.rank) + " of size " +
+                           std::to_string(o.size) + " (DADT_RANK/DADT_SIZE)");
+  }
+  if (o.fusion_threshold_bytes < 0) return InvalidArgument("DADT_FUSION_THRESHOLD must be >= 0");
+  if (o.cycle_time_ms < 0) return InvalidArgument("DADT_CYCLE_TIME must be >= 0");
+  return o;
+}
+
+Runtime::Runtime(const RuntimeOptions& options)
+    : options_(options), cache_(options.cache_capacity) {}
+
+StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& options,
+                                                  std::unique_ptr<KeyValueStore> store) {
+  std::unique_ptr<Runtime> rt(new Runtime(options));
+  SetLogRank(options.rank);
+  if (!store) {
+    if (env::IsSet(env::kRendezvousAddr)) {
+      auto client = rendezvous::ConnectFromEnv(options.start_timeout);
+      if (!client.ok()) return client.status();
+      store = std::move(*client);
+    } else if (options.size == 1) {
+      store = std::make_unique<rendezvous::InMemoryStore>();
+    } else {
+      return PreconditionFailed("this process is rank " + std::to_string(options.rank) + " of " +
+                                std::to_string(options.size) +
+                                " but no rendezvous server is set (DADT_RENDEZVOUS_ADDR); start "
+                                "the job with dadtrun");
+    }
+  }
+  rt->store_ = std::move(store);
+  backends::BackendOptions bo;
+  bo.rank = options.rank;
+  bo.size = options.size;
+  bo.local_rank = options.local_rank;
+  bo.local_size = options.local_size;
+  bo.cross_rank = options.cross_rank;
+  bo.cross_size = options.cross_size;
+  bo.iface = options.iface;
+  bo.timeout = options.start_timeout > options.op_timeout ? options.start_timeout : options.op_timeout;
+  bo.store = rt->store_.get();
+  bo.store_prefix = options.backend + "/";
+  auto backend = backends::BackendRegistry::Create(options.backend, bo);
+  if (!backend.ok()) return backend.status();
+  rt->backend_ = std::move(*backend);
+
+  auto bind = BindAddress(options);
+  if (!bind.ok()) return bind.status();
+  auto channel = ControlChannel::Create(options.rank, options.size, rt->store_.get(), *bind,
+                                        options.secret, options.start_timeout);
+  if (!channel.ok()) return channel.status();
+  rt->channel_ = std::move(*channel);
+  Status s = rt->store_->Set("ready/" + std::to_string(options.rank), "1");
+  (void)s;  // progress reporting only
+
+  if (options.rank == 0) {
+    rt->coordinator_ = std::make_unique<Coordinator>(
+        options.size, options.fusion_threshold_bytes,
+        std::chrono::microseconds(static_cast<int64_t>(std::llround(options.cycle_time_ms * 1000))),
+        &rt->cache_);
+  }
+  rt->executor_ = std::make_unique<Executor>(rt->backend_.get(), options.rank, options.size,
+                                             &rt->handles_, &rt->queue_);
+  rt->loop_ = std::thread([r = rt.get()] { r->Loop(); });
+  return rt;
+}
+
+Runtime::~Runtime() { Shutdown(); }
+
+void Runtime::Shutdown() {
+  std::lock_guard<std::mutex> lock(shutdown_mu_);
+  shutdown_requested_ = true;
+  queue_.Wake();
+  if (loop_.joinable()) loop_.join();
+}
+
+Status Runtime::Validate(const TensorEntry& e) const {
+  const Request& r = e.request;
+  const std::string quoted = "'" + r.name + "'";
+  if (r.name.empty()) return InvalidArgument("a collective needs a non-empty name");
+  if (!IsValidDataType(static_cast<int32_t>(r.dtype))) {
+    return InvalidArgument("tensor " + quoted + " has an unsupported data type");
+  }
+  const bool reduces = r.op == OpType::kAllreduce || r.op == OpType::kReducescatter;
+  if (reduces) {
+    if (!IsValidReduceOp(static_cast<int32_t>(r.reduce_op))) {
+      return InvalidArgument("tensor " + quoted + ": unknown reduce op");
+    }
+    if (r.reduce_op == ReduceOp::kAdasum) {
+      return Unimplemented("tensor " + quoted + ": the Adasum reduction is not implemented");
+    }
+    if (r.dtype == DataType::kBool &&
+        (r.reduce_op == ReduceOp::kAverage || r.prescale != 1.0 || r.postscale != 1.0)) {
+      return InvalidArgument("tensor " + quoted +
+                             " is bool: Average and scale factors are not defined for bool; use "
+                             "Sum or Max (logical or) or Min or Product (logical and)");
+    }
+  }
+  if ((r.op == OpType::kAllreduce || r.op == OpType::kBroadcast) && e.output == nullptr) {
+    return InvalidArgument("tensor " + quoted + ": an output buffer is required");
+  }
+  if (r.op != OpType::kBarrier && r.op != OpType::kJoin && e.input == nullptr &&
+      NumElements(r.shape) > 0) {
+    return InvalidArgument("tensor " + quoted + ": an input buffer is required");
+  }
+  if (r.op == OpType::kBroadcast && (r.root < 0 || r.root >= options_.size)) {
+    return InvalidArgument("broadcast of tensor " + quoted + ": root rank " +
+                           std::to_string(r.root) + " is not in [0, " +
+                           std::to_string(options_.size) + ")");
+  }
+  if ((r.op == OpType::kAlltoall || r.op == OpType::kReducescatter) && r.shape.empty()) {
+    return InvalidArgument(std::string(OpTypeName(r.op)) + " of tensor " + quoted +
+                           " needs at least one dimension");
+  }
+  if (r.op == OpType::kAlltoall) {
+    int64_t sum = 0;
+    for (int64_t s : r.splits) {
+      if (s < 0) return InvalidArgument("alltoall of tensor " + quoted + ": negative split");
+      sum += s;
+    }
+    if (static_cast<int>(r.splits.size()) != options_.size || sum != r.shape[0]) {
+      return InvalidArgument("alltoall of tensor " + quoted + ": splits must have " +
+                             std::to_string(options_.size) + " entries summing to the first "
+                             "dimension " + std::to_string(r.shape[0]));
+    }
+  }
+  if (r.group_id >= 0 && r.group_size < 1) {
+    return InvalidArgument("tensor " + quoted + ": grouped collective with group size < 1");
+  }
+  return Status::OK();
+}
+
+StatusOr<int64_t> Runtime::Enqueue(TensorEntry entry) {
+  entry.request.rank = options_.rank;
+  if (entry.request.op == OpType::kJoin) entry.request.name = kJoinName;
+  if (entry.request.op == OpType::kAlltoall && entry.request.splits.empty() &&
+      !entry.request.shape.empty()) {
+    const int64_t d0 = entry.request.shape[0];
+    if (d0 % options_.size != 0) {
+      return InvalidArgument("alltoall of tensor '" + entry.request.name + "': first dimension " +
+                             std::to_string(d0) + " is not divisible by " +
+                             std::to_string(options_.size) + " ranks; pass splits");
+    }
+    entry.request.splits.assign(options_.size, d0 / options_.size);
+  }
+  DADT_RETURN_IF_ERROR(Validate(entry));
+  entry.handle = handles_.Create();
+  const int64_t h = entry.handle;
+  Status s = queue_.Push(std::move(entry));
+  if (!s.ok()) {
+    handles_.Release(h);
+    return s;
+  }
+  return h;
+}
+
+void Runtime::FailAll(const Status& status) {
+  for (TensorEntry& e : queue_.Close(status)) entries_.emplace(e.request.name, std::move(e));
+  for (auto& kv : entries_) {
+    HandleResult r;
+    r.status = status;
+    executor_->Finish(kv.second, std::move(r));
+  }
+  entries_.clear();
+}
+
+void Runtime::Abort(const Status& status) {
+  Status s = Aborted("dadt job aborted: " + status.message());
+  DADT_LOG(ERROR) << s.message();
+  if (options_.rank == 0 && channel_ && options_.size > 1) {
+    ResponseList list;
+    list.shutdown = true;
+    list.abort = status.message();
+    (void)channel_->Broadcast(SerializeResponseList(list));
+  }
+  FailAll(s);
+}
+
+bool Runtime::HandleResponses(const ResponseList& list) {
+  if (!list.shutdown && !list.abort.empty()) {
+    Abort(Aborted(list.abort));
+    return true;
+  }
+  for (size_t i = 0; i + 2 < list.resend.size(); i += 3) {
+    if (list.resend[i] != options_.rank) continue;
+    CachedRef ref{static_cast<int32_t>(list.resend[i + 1]), static_cast<uint32_t>(list.resend[i + 2])};
+    auto it = sent_refs_.find(RefKey(ref));
+    if (it == sent_refs_.end()) continue;
+    auto e = entries_.find(it->second);
+    sent_refs_.erase(it);
+    if (e == entries_.end()) continue;
+    RequestList again;
+    again.rank = options_.rank;
+    again.requests.push_back(e->second.request);
+    Status s = channel_->SendToCoordinator(SerializeRequestList(again));
+    if (!s.ok()) {
+      Abort(s);
+      return true;
+    }
+  }
+  for (const Response& resp : list.responses) {
+    if (options_.rank != 0) {
+      for (size_t i = 0; i < resp.names.size() && i < resp.cache_slots.size(); ++i) {
+        if (resp.cache_slots[i] < 0) continue;
+        auto e = entries_.find(resp.names[i]);
+        if (e != entries_.end()) {
+          cache_.Put(CachedRef{resp.cache_slots[i], resp.cache_generations[i]}, e->second.request);
+        }
+      }
+    }
+    Status s = executor_->Execute(resp, entries_);
+    if (!s.ok()) {
+      Abort(s);
+      return true;
+    }
+  }
+  if (list.shutdown) {
+    FailAll(Aborted(list.abort.empty() ? "dadt has been shut down" : list.abort));
+    return true;
+  }
+  return false;
+}
+
+void Runtime::Loop() {
+  std::vector<pollfd> fds;
+  fds.push_back(pollfd{queue_.wake_fd(), POLLIN, 0});
+  for (int fd : channel_->fds()) fds.push_back(pollfd{fd, POLLIN, 0});
+  std::vector<std::pair<int, std::string>> inbox;
+  while (true) {
+    int timeout_ms = -1;
+    if (coordinator_) {
+      const auto deadline = coordinator_->NextDeadline();
+      if (deadline != Clock::time_point::max()) {
+        const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+        timeout_ms = wait.count() <= 0 ? 0 : static_cast<int>((wait.count() + 999) / 1000);
+      }
+    }
+    if (shutdown_requested_ && !shutdown_sent_) timeout_ms = 0;
+    poll(fds.data(), fds.size(), timeout_ms);
+    if (fds[0].revents & POLLIN) queue_.ClearWake();
+    const auto now = Clock::now();
+
+    RequestList out;
+    out.rank = options_.rank;
+    for (TensorEntry& e : queue_.Drain()) {
+      if (coordinator_) {
+        coordinator_->Add(e.request, now);
+      } else if (auto ref = cache_.Lookup(e.request)) {
+        out.cached.push_back(*ref);
+        sent_refs_[RefKey(*ref)] = e.request.name;
+      } else {
+        out.requests.push_back(e.request);
+      }
+      std::string name = e.request.name;
+      entries_.emplace(std::move(name), std::move(e));
+    }
+    if (shutdown_requested_ && !shutdown_sent_) {
+      shutdown_sent_ = true;
+      if (coordinator_) {
+        coordinator_->RequestShutdown(options_.rank);
+      } else {
+        out.shutdown = true;
+      }
+    }
+    Status s;
+    if (!coordinator_ && (!out.requests.empty() || !out.cached.empty() || out.shutdown)) {
+      s = channel_->SendToCoordinator(SerializeRequestList(out));
+    }
+    inbox.clear();
+    Status read = channel_->ReadAvailable(&inbox);
+    for (auto& msg : inbox) {
+      if (coordinator_) {
+        auto list = ParseRequestList(msg.second);
+        if (!list.ok()) {
+          s = list.status();
+          break;
+        }
+        list->rank = msg.first;
+        coordinator_->Receive(*list, now);
+      } else {
+        auto list = ParseResponseList(msg.second);
+        if (!list.ok()) {
+          s = list.status();
+          break;
+        }
+        if (HandleResponses(*list)) return;
+      }
+    }
+    if (s.ok()) s = read;
+    if (s.ok() && coordinator_) {
+      ResponseList list = coordinator_->Compute(Clock::now());
+      if (!list.responses.empty() || list.shutdown || !list.resend.empty()) {
+        if (options_.size > 1) s = channel_->Broadcast(SerializeResponseList(list));
+        if (HandleResponses(list)) return;
+      }
+    }
+    if (!s.ok()) {
+      Abort(s);
+      return;
+    }
+  }
+}
+
+}  // namespace core
+}  // namespace dadt

@@ -1,0 +1,106 @@
+// Runtime: the per-process engine. One object owns everything: the tensor queue, the handles, the
+// response cache, the coordinator (on rank 0), the control channel, the backend and the one loop
+// thread. There is no other global state, so tests run several ranks as threads in one process.
+//
+// Threading (docs/thread_model.md): framework threads call Enqueue and the HandleTable; only the
+// loop thread touches negotiation state, the backend and the entries it is executing.
+//
+//   RuntimeOptions opts = *RuntimeOptions::FromEnv();
+//   auto rt = Runtime::Start(opts, /*store=*/nullptr);    // store from the environment
+//   TensorEntry e; e.request.op = OpType::kAllreduce; ...
+//   int64_t h = *(*rt)->Enqueue(std::move(e));
+//   Status s = (*rt)->handles().Wait(h);
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "runtime/backends/backend.h"
+#include "runtime/common/kv_store.h"
+#include "runtime/common/status.h"
+#include "runtime/core/control_channel.h"
+#include "runtime/core/coordinator.h"
+#include "runtime/core/executor.h"
+#include "runtime/core/handle_table.h"
+#include "runtime/core/response_cache.h"
+#include "runtime/core/tensor_queue.h"
+
+namespace dadt {
+namespace core {
+
+struct RuntimeOptions {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+  int64_t fusion_threshold_bytes = 128LL << 20;
+  double cycle_time_ms = 1.0;
+  int64_t cache_capacity = 1024;
+  std::string backend = "gloo";
+  std::string iface;
+  std::string secret;
+  std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds op_timeout{std::chrono::seconds(300)};
+
+  // The launcher's environment (docs/running.md); junk values are InvalidArgument naming them.
+  static StatusOr<RuntimeOptions> FromEnv();
+};
+
+class Runtime {
+ public:
+  // Connects to the other ranks and starts the loop thread. `store` may be null: then it comes from
+  // the environment (dadtrun's rendezvous server), or is in-memory for a single-process job.
+  static StatusOr<std::unique_ptr<Runtime>> Start(const RuntimeOptions& options,
+                                                  std::unique_ptr<KeyValueStore> store);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Validates and queues a collective; returns its handle. entry.request.rank is filled in here.
+  StatusOr<int64_t> Enqueue(TensorEntry entry);
+  // Ends the job for every rank (pending work fails) and joins the loop thread. Idempotent.
+  void Shutdown();
+
+  HandleTable& handles() { return handles_; }
+  const RuntimeOptions& options() const { return options_; }
+  const char* backend_name() const { return backend_->Name(); }
+
+ private:
+  explicit Runtime(const RuntimeOptions& options);
+  Status Validate(const TensorEntry& entry) const;
+  void Loop();
+  // Returns true when the loop must end (shutdown or abort).
+  bool HandleResponses(const ResponseList& list);
+  void Abort(const Status& status);
+  void FailAll(const Status& status);
+
+  const RuntimeOptions options_;
+  std::unique_ptr<KeyValueStore> store_;
+  std::unique_ptr<backends::Backend> backend_;
+  std::unique_ptr<ControlChannel> channel_;
+  HandleTable handles_;
+  TensorQueue queue_;
+  ResponseCache cache_;
+  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+  std::unique_ptr<Executor> executor_;
+
+  // Loop-thread state.
+  EntryMap entries_;
+  std::unordered_map<uint64_t, std::string> sent_refs_;  // (slot, generation) -> name
+
+  std::atomic<bool> shutdown_requested_{false};
+  bool shutdown_sent_ = false;
+  std::mutex shutdown_mu_;
+  std::thread loop_;
+};
+
+}  // namespace core
+}  // namespace dadt

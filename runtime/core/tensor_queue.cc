@@ -1,0 +1,63 @@
+#include "runtime/core/tensor_queue.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+namespace dadt {
+namespace core {
+
+TensorQueue::TensorQueue() { wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+
+TensorQueue::~TensorQueue() {
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+Status TensorQueue::Push(TensorEntry entry) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_.ok()) return closed_;
+    if (!in_flight_.insert(entry.request.name).second) {
+      return InvalidArgument("a collective named '" + entry.request.name +
+                             "' is already in flight on this rank; names must be unique among "
+                             "pending collectives (synchronize the first one, or pick another name)");
+    }
+    pending_.push_back(std::move(entry));
+  }
+  Wake();
+  return Status::OK();
+}
+
+std::vector<TensorEntry> TensorQueue::Drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<TensorEntry> out;
+  out.swap(pending_);
+  return out;
+}
+
+std::vector<TensorEntry> TensorQueue::Close(Status reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = std::move(reason);
+  std::vector<TensorEntry> out;
+  out.swap(pending_);
+  return out;
+}
+
+void TensorQueue::Finish(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_flight_.erase(name);
+}
+
+void TensorQueue::Wake() {
+  uint64_t one = 1;
+  ssize_t rc = write(wake_fd_, &one, sizeof(one));
+  (void)rc;
+}
+
+void TensorQueue::ClearWake() {
+  uint64_t value;
+  ssize_t rc = read(wake_fd_, &value, sizeof(value));
+  (void)rc;
+}
+
+}  // namespace core
+}  // namespace dadt

@@ -1,0 +1,57 @@
+// TensorQueue: the hand-off from framework threads to the loop thread.
+//
+// Enqueue (any thread) checks that the name is not already in flight on this rank — a duplicate is
+// refused at once with InvalidArgument, before anything is sent — then appends the entry and wakes
+// the loop thread through an eventfd that the loop polls together with its sockets. The loop thread
+// drains all new entries in one go (so a burst of gradients becomes one message) and calls Finish
+// when a name completes.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/common/status.h"
+#include "runtime/core/message.h"
+
+namespace dadt {
+namespace core {
+
+struct TensorEntry {
+  Request request;
+  const void* input = nullptr;  // host memory; may be null (barrier, join)
+  void* output = nullptr;       // allreduce / broadcast destination; may equal input
+  int64_t handle = -1;
+};
+
+class TensorQueue {
+ public:
+  TensorQueue();
+  ~TensorQueue();
+  TensorQueue(const TensorQueue&) = delete;
+  TensorQueue& operator=(const TensorQueue&) = delete;
+
+  // Refused with the close reason once Close was called.
+  Status Push(TensorEntry entry);
+  // Refuses every later Push with `reason` and returns what was still queued.
+  std::vector<TensorEntry> Close(Status reason);
+  std::vector<TensorEntry> Drain();
+  void Finish(const std::string& name);
+  // Wakes the loop thread without an entry (shutdown, configuration change).
+  void Wake();
+  // Clears the wake-up signal; call before Drain when the fd polled readable.
+  void ClearWake();
+  int wake_fd() const { return wake_fd_; }
+
+ private:
+  std::mutex mu_;
+  std::vector<TensorEntry> pending_;
+  std::unordered_set<std::string> in_flight_;
+  Status closed_;
+  int wake_fd_ = -1;
+};
+
+}  // namespace core
+}  // namespace dadt
