@@ -60,9 +60,10 @@ StatusOr<bool> PopFrame(std::string& inbox, std::string* out) {
   return true;
 }
 
-// Blocking read of one frame with a deadline (used only for the hello).
-StatusOr<std::string> ReadFrameBlocking(int fd, Clock::time_point deadline) {
-  std::string inbox, frame;
+// Blocking read of one frame with a deadline (used only for the hello). Bytes past the frame stay
+// in `inbox`: a rank may send its first requests right behind its hello.
+StatusOr<std::string> ReadFrameBlocking(int fd, Clock::time_point deadline, std::string& inbox) {
+  std::string frame;
   char buf[4096];
   while (true) {
     auto popped = PopFrame(inbox, &frame);
@@ -168,7 +169,8 @@ Status ControlChannel::Accept(int listen_fd, const std::string& secret,
     }
     int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    auto hello = ReadFrameBlocking(fd, deadline);
+    std::string inbox;
+    auto hello = ReadFrameBlocking(fd, deadline, inbox);
     int peer_rank = -1;
     if (hello.ok()) {
       const size_t sp = hello->find(' ');
@@ -181,7 +183,7 @@ Status ControlChannel::Accept(int listen_fd, const std::string& secret,
       continue;
     }
     SetNoDelay(fd);
-    peers_[peer_rank - 1] = Peer{fd, peer_rank, ""};
+    peers_[peer_rank - 1] = Peer{fd, peer_rank, std::move(inbox)};
     ++connected;
   }
   for (const Peer& p : peers_) fds_.push_back(p.fd);
@@ -208,6 +210,7 @@ Status ControlChannel::Broadcast(const std::string& payload) {
 
 Status ControlChannel::ReadAvailable(std::vector<std::pair<int, std::string>>* out) {
   char buf[65536];
+  Status closed;
   for (Peer& p : peers_) {
     while (true) {
       ssize_t r = recv(p.fd, buf, sizeof(buf), MSG_DONTWAIT);
@@ -217,9 +220,13 @@ Status ControlChannel::ReadAvailable(std::vector<std::pair<int, std::string>>* o
       }
       if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (r < 0 && errno == EINTR) continue;
-      return Aborted(p.rank == 0
-                         ? "lost the connection to the coordinator (rank 0): it exited or crashed"
-                         : "rank " + std::to_string(p.rank) + " disconnected: it exited or crashed");
+      // Deliver what arrived before the close (often the coordinator's shutdown) first.
+      if (closed.ok()) {
+        closed = Aborted(p.rank == 0
+                             ? "lost the connection to the coordinator (rank 0): it exited or crashed"
+                             : "rank " + std::to_string(p.rank) + " disconnected: it exited or crashed");
+      }
+      break;
     }
     std::string frame;
     while (true) {
@@ -229,7 +236,7 @@ Status ControlChannel::ReadAvailable(std::vector<std::pair<int, std::string>>* o
       out->emplace_back(p.rank, std::move(frame));
     }
   }
-  return Status::OK();
+  return closed;
 }
 
 }  // namespace core

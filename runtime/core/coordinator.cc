@@ -273,7 +273,10 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
         const Request& canonical = *std::find_if(p.by_rank.begin(), p.by_rank.end(),
                                                  [](const Request& r) { return r.rank >= 0; });
         if (canonical.Cacheable()) {
-          CachedRef ref = cache_->Assign(canonical);
+          // Already cached with this signature: keep its slot and generation (no churn).
+          auto existing = cache_->Lookup(canonical);
+          CachedRef ref = existing ? *existing : cache_->Assign(canonical);
+          if (existing) cache_->Resolve(ref);  // marks it recently used
           resp.cache_slots = {ref.slot};
           resp.cache_generations = {ref.generation};
         }

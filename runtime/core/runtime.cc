@@ -321,8 +321,11 @@ void Runtime::Loop() {
   fds.push_back(pollfd{queue_.wake_fd(), POLLIN, 0});
   for (int fd : channel_->fds()) fds.push_back(pollfd{fd, POLLIN, 0});
   std::vector<std::pair<int, std::string>> inbox;
+  // The first pass does not block: frames that arrived behind the hellos are already buffered.
+  bool first_pass = true;
   while (true) {
-    int timeout_ms = -1;
+    int timeout_ms = first_pass ? 0 : -1;
+    first_pass = false;
     if (coordinator_) {
       const auto deadline = coordinator_->NextDeadline();
       if (deadline != Clock::time_point::max()) {
@@ -360,6 +363,8 @@ void Runtime::Loop() {
     Status s;
     if (!coordinator_ && (!out.requests.empty() || !out.cached.empty() || out.shutdown)) {
       s = channel_->SendToCoordinator(SerializeRequestList(out));
+      DADT_LOG(TRACE) << "sent " << out.requests.size() << " requests, " << out.cached.size()
+                      << " cached refs" << (out.shutdown ? ", shutdown" : "");
     }
     inbox.clear();
     Status read = channel_->ReadAvailable(&inbox);
@@ -371,6 +376,8 @@ void Runtime::Loop() {
           break;
         }
         list->rank = msg.first;
+        DADT_LOG(TRACE) << "from rank " << msg.first << ": " << list->requests.size()
+                        << " requests, " << list->cached.size() << " cached refs";
         coordinator_->Receive(*list, now);
       } else {
         auto list = ParseResponseList(msg.second);
@@ -385,6 +392,8 @@ void Runtime::Loop() {
     if (s.ok() && coordinator_) {
       ResponseList list = coordinator_->Compute(Clock::now());
       if (!list.responses.empty() || list.shutdown || !list.resend.empty()) {
+        DADT_LOG(TRACE) << "releasing " << list.responses.size() << " responses, "
+                        << list.resend.size() / 3 << " resends, pending " << coordinator_->pending();
         if (options_.size > 1) s = channel_->Broadcast(SerializeResponseList(list));
         if (HandleResponses(list)) return;
       }
