@@ -32,6 +32,9 @@ inline constexpr const char kTorchLocalRank[] = "LOCAL_RANK";
 inline constexpr const char kTorchLocalWorldSize[] = "LOCAL_WORLD_SIZE";
 inline constexpr const char kTorchMasterAddr[] = "MASTER_ADDR";
 inline constexpr const char kTorchMasterPort[] = "MASTER_PORT";
+// Set by dadtrun for each rank unless the user's environment already has them.
+inline constexpr const char kOmpNumThreads[] = "OMP_NUM_THREADS";    // 1 when ranks share a host
+inline constexpr const char kPythonUnbuffered[] = "PYTHONUNBUFFERED";  // 1, so lines show promptly
 
 // Tuning knobs.
 inline constexpr const char kFusionThreshold[] = "DADT_FUSION_THRESHOLD";  // bytes

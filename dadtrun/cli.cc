@@ -1,0 +1,237 @@
+#include "dadtrun/cli.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+namespace dadt {
+namespace dadtrun {
+namespace {
+
+// Raw flag values as typed; converted and checked by hand so every error names the flag.
+struct RawFlags {
+  std::string num_proc, hosts, fusion_mb, cycle_ms, cache_capacity, start_timeout, log_level;
+  std::string output_dir, iface;
+  bool gloo = false, verbose = false, help = false, version = false;
+};
+
+bool ParseInt64(const std::string& s, int64_t* out) {
+  if (s.empty() || !(std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-')) return false;
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+bool ParseDouble(const std::string& s, double* out) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || *end != '\0' || !std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+Status BadValue(const std::string& flag, const std::string& expected, const std::string& got) {
+  return InvalidArgument(flag + " expects " + expected + ", got '" + got + "'");
+}
+
+// Rewrites "-np" (which CLI11 would read as "-n p") to "--num-proc", only among dadtrun's own flags:
+// scanning stops at the first positional argument, where the user's command begins.
+Status NormalizeArgs(const CLI::App& app, std::vector<std::string>* args) {
+  for (size_t i = 0; i < args->size(); ++i) {
+    std::string& a = (*args)[i];
+    if (a == "--") return Status::OK();
+    if (a == "-np") {
+      a = "--num-proc";
+    } else if (a.rfind("-np=", 0) == 0) {
+      a = "--num-proc=" + a.substr(4);
+      continue;
+    }
+    if (a.size() < 2 || a[0] != '-') return Status::OK();  // the command starts here
+    if (a.rfind("--", 0) == 0 && a.find('=') != std::string::npos) continue;
+    const CLI::Option* opt = app.get_option_no_throw(a);
+    if (opt == nullptr && a[1] != '-' && a.size() > 2) {  // "-Hhost:2": value attached
+      opt = app.get_option_no_throw(a.substr(0, 2));
+      if (opt != nullptr && opt->get_expected_max() > 0) continue;
+      opt = nullptr;
+    }
+    if (opt == nullptr) {
+      return InvalidArgument("unknown flag '" + a + "'; see dadtrun --help");
+    }
+    if (opt->get_expected_max() > 0) {  // takes a value
+      if (i + 1 >= args->size()) {
+        return InvalidArgument("flag " + (a == "--num-proc" ? std::string("-np/--num-proc") : a) +
+                               " needs a value");
+      }
+      ++i;
+    }
+  }
+  return Status::OK();
+}
+
+StatusOr<LaunchConfig> Convert(const RawFlags& raw, std::vector<std::string> command,
+                               const std::string& local_hostname) {
+  LaunchConfig c;
+  c.verbose = raw.verbose;
+  c.command = std::move(command);
+  if (raw.num_proc.empty()) {
+    return InvalidArgument("-np/--num-proc is required: the number of ranks to start, e.g. -np 2");
+  }
+  int64_t np = 0;
+  if (!ParseInt64(raw.num_proc, &np) || np < 1 || np > 1000000) {
+    return BadValue("-np/--num-proc", "a positive integer", raw.num_proc);
+  }
+  c.num_proc = static_cast<int>(np);
+  if (c.command.empty()) {
+    return InvalidArgument("no command given; usage: dadtrun -np N command [args...]");
+  }
+  if (raw.hosts.empty()) {
+    c.hosts = {HostSlots{"localhost", c.num_proc}};
+  } else {
+    StatusOr<std::vector<HostSlots>> hosts = ParseHosts(raw.hosts);
+    if (!hosts.ok()) return hosts.status();
+    DADT_RETURN_IF_ERROR(CheckAllLocal(*hosts, local_hostname));
+    c.hosts = *hosts;
+    const int slots = TotalSlots(c.hosts);
+    if (c.num_proc > slots) {
+      return InvalidArgument("-np " + std::to_string(c.num_proc) + " is more than the " +
+                             std::to_string(slots) + " slots given by -H/--hosts '" + raw.hosts +
+                             "'; lower -np or add slots");
+    }
+  }
+  if (!raw.fusion_mb.empty()) {
+    double mb = 0;
+    if (!ParseDouble(raw.fusion_mb, &mb) || mb < 0 || mb > 1e9) {
+      return BadValue("--fusion-threshold-mb", "a number of megabytes >= 0", raw.fusion_mb);
+    }
+    c.fusion_threshold_bytes = static_cast<int64_t>(std::llround(mb * 1024.0 * 1024.0));
+  }
+  if (!raw.cycle_ms.empty()) {
+    double ms = 0;
+    if (!ParseDouble(raw.cycle_ms, &ms) || ms <= 0) {
+      return BadValue("--cycle-time-ms", "a number of milliseconds > 0", raw.cycle_ms);
+    }
+    c.cycle_time_ms = ms;
+  }
+  if (!raw.cache_capacity.empty()) {
+    int64_t n = 0;
+    if (!ParseInt64(raw.cache_capacity, &n) || n < 0) {
+      return BadValue("--cache-capacity", "an integer >= 0 (0 disables the cache)",
+                      raw.cache_capacity);
+    }
+    c.cache_capacity = n;
+  }
+  if (!raw.start_timeout.empty()) {
+    int64_t s = 0;
+    if (!ParseInt64(raw.start_timeout, &s) || s < 1) {
+      return BadValue("--start-timeout", "a whole number of seconds >= 1", raw.start_timeout);
+    }
+    c.start_timeout_seconds = s;
+  }
+  if (!raw.log_level.empty()) {
+    std::string level = raw.log_level;
+    std::transform(level.begin(), level.end(), level.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
+    static const char* const kLevels[] = {"trace", "debug", "info", "warning", "error"};
+    if (std::find(std::begin(kLevels), std::end(kLevels), level) == std::end(kLevels)) {
+      return BadValue("--log-level", "one of trace|debug|info|warning|error", raw.log_level);
+    }
+    c.log_level = level;
+  }
+  if (!raw.iface.empty()) c.network_interface = raw.iface;
+  c.output_dir = raw.output_dir;
+  return c;
+}
+
+}  // namespace
+
+std::string UsageText() {
+  return std::string("dadtrun ") + kVersion +
+         " - start one process per rank of a dadt job\n"
+         "\n"
+         "usage: dadtrun [flags] command [args...]\n"
+         "   e.g. dadtrun -np 4 python train.py --lr 0.1\n"
+         "\n"
+         "flags:\n"
+         "  -np, --num-proc N          number of ranks to start (required, >= 1)\n"
+         "  -H, --hosts H:N[,H:N...]   hosts and slots; only this machine for now\n"
+         "  --gloo                     use the Gloo controller (the default and only one for now)\n"
+         "  --fusion-threshold-mb MB   tensor fusion buffer size        -> DADT_FUSION_THRESHOLD (bytes)\n"
+         "  --cycle-time-ms MS         negotiation cycle time           -> DADT_CYCLE_TIME\n"
+         "  --cache-capacity N         response cache entries, 0 = off  -> DADT_CACHE_CAPACITY\n"
+         "  --start-timeout SECONDS    time for ranks to meet (default 30) -> DADT_START_TIMEOUT\n"
+         "  --network-interface IFACE  interface for rank traffic       -> DADT_IFACE\n"
+         "  --log-level LEVEL          trace|debug|info|warning|error   -> DADT_LOG_LEVEL\n"
+         "  --output-filename DIR      also write DIR/rank.<N>/stdout and DIR/rank.<N>/stderr\n"
+         "  --verbose                  print what dadtrun does (stderr, prefixed 'dadtrun:')\n"
+         "  --version                  print the version and exit\n"
+         "  -h, --help                 print this help and exit\n"
+         "\n"
+         "Each output line of rank N appears as [N]<stdout>:line or [N]<stderr>:line.\n"
+         "Unset tuning flags leave the variables as your environment has them.\n";
+}
+
+StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                       const std::string& local_hostname) {
+  RawFlags raw;
+  CLI::App app("dadtrun", "dadtrun");
+  app.set_help_flag();  // our own -h/--help, with our own text
+  app.prefix_command();
+  app.add_option("--num-proc", raw.num_proc);
+  app.add_option("-H,--hosts", raw.hosts);
+  app.add_option("--fusion-threshold-mb", raw.fusion_mb);
+  app.add_option("--cycle-time-ms", raw.cycle_ms);
+  app.add_option("--cache-capacity", raw.cache_capacity);
+  app.add_option("--start-timeout", raw.start_timeout);
+  app.add_option("--log-level", raw.log_level);
+  app.add_option("--output-filename", raw.output_dir);
+  app.add_option("--network-interface", raw.iface);
+  app.add_flag("--gloo", raw.gloo);
+  app.add_flag("--verbose", raw.verbose);
+  app.add_flag("-h,--help", raw.help);
+  app.add_flag("--version", raw.version);
+
+  std::vector<std::string> normalized = args;
+  DADT_RETURN_IF_ERROR(NormalizeArgs(app, &normalized));
+  std::vector<std::string> reversed(normalized.rbegin(), normalized.rend());  // CLI11's order
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    return InvalidArgument(what + "; see dadtrun --help");
+  }
+
+  CommandLine result;
+  if (raw.help) {
+    result.action = CommandLine::Action::kHelp;
+    result.text = UsageText();
+    return result;
+  }
+  if (raw.version) {
+    result.action = CommandLine::Action::kVersion;
+    result.text = std::string("dadtrun ") + kVersion + "\n";
+    return result;
+  }
+  std::vector<std::string> command = app.remaining();
+  const bool separated = !command.empty() && command[0] == "--";  // "--": the rest is the command
+  if (separated) command.erase(command.begin());
+  if (!separated && !command.empty() && command[0].size() > 1 && command[0][0] == '-') {
+    return InvalidArgument("unknown flag '" + command[0] + "'; see dadtrun --help");
+  }
+  StatusOr<LaunchConfig> config = Convert(raw, std::move(command), local_hostname);
+  if (!config.ok()) return config.status();
+  result.config = std::move(*config);
+  return result;
+}
+
+}  // namespace dadtrun
+}  // namespace dadt

@@ -1,0 +1,25 @@
+// dadtrun: the dadt launcher. Parsing lives in cli.cc and the job in launcher.cc.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "dadtrun/cli.h"
+#include "dadtrun/console.h"
+#include "dadtrun/hosts.h"
+#include "dadtrun/launcher.h"
+
+int main(int argc, char** argv) {
+  using dadt::dadtrun::CommandLine;
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  dadt::StatusOr<CommandLine> cl =
+      dadt::dadtrun::ParseCommandLine(args, dadt::dadtrun::LocalHostname());
+  if (!cl.ok()) {
+    dadt::dadtrun::console::Message(cl.status().message());
+    return 2;
+  }
+  if (cl->action != CommandLine::Action::kRun) {
+    std::fputs(cl->text.c_str(), stdout);
+    return 0;
+  }
+  return dadt::dadtrun::Launch(cl->config);
+}

@@ -1,0 +1,259 @@
+#include "dadtrun/rendezvous_server.h"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "runtime/common/logging.h"
+#include "runtime/common/rendezvous/socket.h"
+
+namespace dadt {
+namespace dadtrun {
+
+using rendezvous::Op;
+using rendezvous::Request;
+using rendezvous::Response;
+using rendezvous::ResponseStatus;
+
+namespace {
+
+constexpr char kReadyPrefix[] = "ready/";
+// Bytes read from one connection per loop pass, so a flooding client cannot starve the others.
+constexpr size_t kMaxReadPerPass = 1 << 20;
+
+std::string PeerName(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    port = ntohs(in->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+    port = ntohs(in6->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+struct RendezvousServer::Connection {
+  int fd = -1;
+  std::string peer;
+  std::string in;
+  std::string out;
+  bool closing = false;  // close once `out` is flushed
+};
+
+StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const std::string& bind_addr,
+                                                                    const std::string& secret) {
+  if (secret.empty()) return InvalidArgument("the rendezvous server needs a non-empty secret");
+  int port = 0;
+  StatusOr<int> fd = rendezvous::ListenTcp(bind_addr, 0, &port);
+  if (!fd.ok()) return fd.status();
+  std::unique_ptr<RendezvousServer> server(new RendezvousServer(bind_addr, port, *fd, secret));
+  if (::pipe2(server->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return InternalError("pipe2: " + rendezvous::ErrnoText(errno));
+  }
+  server->thread_ = std::thread([s = server.get()] { s->Loop(); });
+  return server;
+}
+
+RendezvousServer::RendezvousServer(std::string address, int port, int listen_fd, std::string secret)
+    : address_(std::move(address)), port_(port), listen_fd_(listen_fd), secret_(std::move(secret)) {}
+
+RendezvousServer::~RendezvousServer() {
+  Stop();
+  ::close(listen_fd_);
+  for (int fd : wake_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void RendezvousServer::Stop() {
+  stop_.store(true);
+  if (wake_[1] >= 0) {
+    char c = 1;
+    ssize_t ignored = ::write(wake_[1], &c, 1);
+    (void)ignored;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+int RendezvousServer::ReadyCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (auto it = store_.lower_bound(kReadyPrefix);
+       it != store_.end() && it->first.compare(0, sizeof(kReadyPrefix) - 1, kReadyPrefix) == 0; ++it) {
+    ++n;
+  }
+  return n;
+}
+
+void RendezvousServer::Loop() {
+  std::vector<pollfd> fds;
+  std::vector<Connection*> polled;
+  while (!stop_.load()) {
+    fds.clear();
+    polled.clear();
+    fds.push_back({wake_[0], POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    for (auto& [fd, c] : connections_) {
+      short events = c->closing ? 0 : POLLIN;
+      if (!c->out.empty()) events |= POLLOUT;
+      fds.push_back({fd, events, 0});
+      polled.push_back(c.get());
+    }
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      DADT_LOG(ERROR) << "rendezvous server: poll: " << rendezvous::ErrnoText(errno);
+      break;
+    }
+    if (stop_.load()) break;
+    if (fds[1].revents & POLLIN) AcceptAll();
+    std::vector<int> to_close;
+    for (size_t i = 0; i < polled.size(); ++i) {
+      Connection* c = polled[i];
+      const short rev = fds[i + 2].revents;
+      if (rev == 0) continue;
+      bool keep = true;
+      if (!c->closing && (rev & (POLLIN | POLLHUP | POLLERR))) keep = ReadAndServe(c);
+      if (!c->out.empty()) keep = Flush(c) && keep;
+      if (rev & (POLLERR | POLLNVAL)) keep = false;
+      if (!keep || (c->closing && c->out.empty())) to_close.push_back(c->fd);
+    }
+    for (int fd : to_close) {
+      ::close(fd);
+      connections_.erase(fd);
+    }
+  }
+  for (auto& [fd, c] : connections_) ::close(fd);
+  connections_.clear();
+}
+
+void RendezvousServer::AcceptAll() {
+  for (;;) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        DADT_LOG(WARNING) << "rendezvous server: accept: " << rendezvous::ErrnoText(errno);
+      }
+      return;
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    auto c = std::make_unique<Connection>();
+    c->fd = fd;
+    c->peer = PeerName(ss);
+    connections_[fd] = std::move(c);
+    connections_accepted_.fetch_add(1);
+  }
+}
+
+bool RendezvousServer::ReadAndServe(Connection* c) {
+  bool eof = false;
+  size_t got = 0;
+  char buf[16384];
+  while (got < kMaxReadPerPass) {
+    ssize_t n = ::recv(c->fd, buf, sizeof(buf), 0);
+    if (n > 0) {
+      c->in.append(buf, static_cast<size_t>(n));
+      got += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    eof = true;  // orderly close or error: answer what arrived, then close
+    break;
+  }
+  std::string payload;
+  while (!c->closing) {
+    StatusOr<bool> frame = rendezvous::ExtractFrame(&c->in, &payload);
+    if (!frame.ok()) {
+      Reject(c, ResponseStatus::kBadRequest, frame.status().message());
+      break;
+    }
+    if (!*frame) break;
+    Request request;
+    Status s = rendezvous::DecodeRequest(payload, &request);
+    if (!s.ok()) {
+      Reject(c, ResponseStatus::kBadRequest, s.message());
+      break;
+    }
+    if (!rendezvous::SecretsEqual(request.secret, secret_)) {
+      Reject(c, ResponseStatus::kUnauthorized, "wrong or missing job secret");
+      break;
+    }
+    Response response = Apply(request);
+    std::string encoded;
+    if (!rendezvous::EncodeResponse(response, &encoded).ok() ||
+        !rendezvous::AppendFrame(encoded, &c->out).ok()) {
+      Reject(c, ResponseStatus::kBadRequest, "response too large");
+    }
+  }
+  return !eof || !c->out.empty();
+}
+
+bool RendezvousServer::Flush(Connection* c) {
+  while (!c->out.empty()) {
+    ssize_t n = ::send(c->fd, c->out.data(), c->out.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      c->out.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    return false;  // peer gone
+  }
+  return true;
+}
+
+void RendezvousServer::Reject(Connection* c, ResponseStatus status, const std::string& why) {
+  requests_rejected_.fetch_add(1);
+  DADT_LOG(WARNING) << "rendezvous server: closing connection from " << c->peer << " ("
+                    << rendezvous::ResponseStatusName(status) << "): " << why;
+  std::string encoded;
+  if (rendezvous::EncodeResponse({status, why.substr(0, 200)}, &encoded).ok()) {
+    (void)rendezvous::AppendFrame(encoded, &c->out);
+  }
+  c->in.clear();
+  c->closing = true;
+}
+
+Response RendezvousServer::Apply(const Request& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  switch (request.op) {
+    case Op::kSet:
+      store_[request.key] = request.value;
+      return {ResponseStatus::kOk, ""};
+    case Op::kGet: {
+      auto it = store_.find(request.key);
+      if (it == store_.end()) return {ResponseStatus::kNotFound, ""};
+      return {ResponseStatus::kOk, it->second};
+    }
+    case Op::kAdd: {
+      auto it = store_.find(request.key);
+      std::string sum;
+      Status s = rendezvous::ApplyAdd(it == store_.end() ? nullptr : &it->second, request.value, &sum);
+      if (!s.ok()) return {ResponseStatus::kBadRequest, s.message()};
+      store_[request.key] = sum;
+      return {ResponseStatus::kOk, sum};
+    }
+  }
+  return {ResponseStatus::kBadRequest, "unknown op"};
+}
+
+}  // namespace dadtrun
+}  // namespace dadt

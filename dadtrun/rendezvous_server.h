@@ -1,0 +1,83 @@
+// RendezvousServer: dadtrun's key-value server for the ranks of one job (protocol:
+// runtime/common/rendezvous/protocol.h; client: RendezvousClient).
+//
+// One thread runs a poll() loop over the listening socket and every persistent client connection;
+// the store is an in-memory map. Every request must carry the job secret (compared in constant time)
+// or it is answered kUnauthorized and the connection closed. Malformed or oversized frames are
+// answered kBadRequest, logged as a warning and the connection closed; nothing a client sends can
+// crash the server or stall the other clients. Each rank's runtime sets "ready/<rank>" once it is
+// connected; ReadyCount() reports how many have.
+//
+// Threading: Start() spawns the thread; the accessors and Stop() may be called from any thread.
+//
+//   auto server = RendezvousServer::Start("127.0.0.1", secret);
+//   if (!server.ok()) return server.status();
+//   env["DADT_RENDEZVOUS_PORT"] = std::to_string((*server)->port());
+//   ...
+//   (*server)->Stop();
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "runtime/common/rendezvous/protocol.h"
+#include "runtime/common/status.h"
+
+namespace dadt {
+namespace dadtrun {
+
+class RendezvousServer {
+ public:
+  // Listens on bind_addr, ephemeral port, and starts serving.
+  static StatusOr<std::unique_ptr<RendezvousServer>> Start(const std::string& bind_addr,
+                                                           const std::string& secret);
+  ~RendezvousServer();  // Stop()
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+
+  // Number of keys with prefix "ready/" (set by each rank after it connects).
+  int ReadyCount() const;
+  int64_t connections_accepted() const { return connections_accepted_.load(); }
+  // Requests answered kUnauthorized or kBadRequest (each also closed its connection).
+  int64_t requests_rejected() const { return requests_rejected_.load(); }
+
+  // Closes every connection and joins the thread. Idempotent.
+  void Stop();
+
+ private:
+  struct Connection;
+
+  RendezvousServer(std::string address, int port, int listen_fd, std::string secret);
+  void Loop();
+  void AcceptAll();
+  // Reads what is available and answers every whole frame; false when the connection must close.
+  bool ReadAndServe(Connection* c);
+  bool Flush(Connection* c);
+  void Reject(Connection* c, rendezvous::ResponseStatus status, const std::string& why);
+  rendezvous::Response Apply(const rendezvous::Request& request);
+
+  const std::string address_;
+  const int port_;
+  const int listen_fd_;
+  const std::string secret_;
+  int wake_[2] = {-1, -1};
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> connections_accepted_{0};
+  std::atomic<int64_t> requests_rejected_{0};
+
+  mutable std::mutex mu_;  // guards store_ (written by the loop thread, read by ReadyCount)
+  std::map<std::string, std::string> store_;
+  std::map<int, std::unique_ptr<Connection>> connections_;  // loop thread only
+};
+
+}  // namespace dadtrun
+}  // namespace dadt

@@ -1,0 +1,91 @@
+// Supervisor: waits for every rank, forwards SIGINT/SIGTERM/SIGHUP to them, and ends the whole job
+// as soon as one rank fails.
+//
+// Protocol, from the moment the ranks run:
+//   1. Reap ranks as they exit (waitpid per pid, woken by SIGCHLD or every 100 ms).
+//   2. A rank exiting non-zero or dying from a signal, while nothing is stopping yet, is reported
+//      ("rank 1 (pid 123) exited with code 3; stopping the other ranks") and decides the exit code
+//      (its code, or 128+signal). Every rank's process group gets SIGTERM; after failure_grace,
+//      SIGKILL.
+//   3. SIGINT/SIGTERM/SIGHUP to dadtrun are forwarded to every rank's process group; after
+//      signal_grace the survivors get SIGKILL. A second signal sends SIGKILL at once. The exit code
+//      is 128+signal.
+//   4. When a rank is reaped, whatever is left in its process group (its background children) gets
+//      SIGKILL at once: nothing outlives its rank, and a reaped group id is never signalled later,
+//      when the number could belong to someone else.
+//   5. Run() returns once every rank is reaped: 0 when all exited 0.
+//
+// Requires LauncherSignals() to be blocked in every thread of the process before any thread or rank
+// starts (BlockLauncherSignals), because Run() takes them synchronously with sigtimedwait.
+//
+//   sigset_t original; BlockLauncherSignals(&original);
+//   ... spawn ranks ...
+//   Supervisor sup(ranks, {});
+//   int exit_code = sup.Run();
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dadt {
+namespace dadtrun {
+
+struct RankProcess {
+  int rank = 0;
+  pid_t pid = -1;  // also its process group id
+};
+
+struct SupervisorOptions {
+  std::chrono::milliseconds signal_grace{5000};   // after forwarding SIGINT/SIGTERM
+  std::chrono::milliseconds failure_grace{3000};  // after a rank failed
+  bool verbose = false;
+  std::function<void()> on_tick;  // called from Run() at least every 100 ms
+};
+
+// SIGINT, SIGTERM, SIGHUP and SIGCHLD.
+sigset_t LauncherSignals();
+// Blocks LauncherSignals() in the calling thread (threads started later inherit it) and stores the
+// previous mask in `original`, which ranks get back before exec.
+void BlockLauncherSignals(sigset_t* original);
+
+// "SIGKILL" for 9.
+std::string SignalName(int sig);
+
+class Supervisor {
+ public:
+  Supervisor(std::vector<RankProcess> ranks, SupervisorOptions options);
+
+  // Starts stopping the job without a failed rank (e.g. another rank could not be started):
+  // SIGTERM now, SIGKILL after failure_grace.
+  void RequestStop(int exit_code);
+  int Run();
+  // Sends `sig` to the process group of every rank that is still running.
+  void SignalAll(int sig);
+
+ private:
+  struct Tracked {
+    RankProcess process;
+    bool running = true;
+  };
+
+  void ReapExited();
+  void OnExit(const Tracked& t, int wait_status);
+  void OnSignal(int sig);
+  void StartStopping(std::chrono::milliseconds grace);
+  int RunningCount() const;
+
+  std::vector<Tracked> ranks_;
+  SupervisorOptions options_;
+  bool stopping_ = false;
+  bool killed_ = false;
+  std::chrono::steady_clock::time_point kill_deadline_;
+  int exit_code_ = 0;
+};
+
+}  // namespace dadtrun
+}  // namespace dadt

@@ -1,0 +1,49 @@
+// The environment each rank starts with: the user's environment plus the launcher -> worker
+// contract of DESIGN.md (DADT_* names, torchrun's names, tuning knobs from flags).
+//
+// Pure functions of their inputs, so tests check the exact variables without starting anything.
+//
+//   EnvMap env = WorkerEnvironment(config, endpoints, CurrentEnvironment(), /*rank=*/1);
+//   std::vector<std::string> envp = ToEnvStrings(env);  // "NAME=value" for execvpe
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dadtrun/cli.h"
+#include "runtime/common/status.h"
+
+namespace dadt {
+namespace dadtrun {
+
+using EnvMap = std::map<std::string, std::string>;
+
+// Where the ranks of one job meet; the same for every rank.
+struct JobEndpoints {
+  std::string hostname;         // DADT_HOSTNAME
+  std::string rendezvous_addr;  // dadtrun's key-value server
+  int rendezvous_port = 0;
+  std::string secret;           // DADT_SECRET; only ever passed through the environment
+  std::string master_addr;      // torchrun's MASTER_ADDR / MASTER_PORT
+  int master_port = 0;
+};
+
+EnvMap CurrentEnvironment();
+
+// `user_env` plus the contract for `rank` (single host: local rank = rank, cross rank 0 of 1).
+// Optional tuning flags that were not given leave `user_env`'s value untouched. OMP_NUM_THREADS=1 is
+// added when several ranks share the host and the user has not set it; PYTHONUNBUFFERED=1 unless set.
+EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoints,
+                         const EnvMap& user_env, int rank);
+
+std::vector<std::string> ToEnvStrings(const EnvMap& env);
+
+// 32 random bytes from /dev/urandom as 64 lowercase hex digits.
+StatusOr<std::string> GenerateSecret();
+
+// A TCP port that was free a moment ago on `addr` (bind to port 0, read it, close).
+StatusOr<int> FindFreePort(const std::string& addr);
+
+}  // namespace dadtrun
+}  // namespace dadt

@@ -1,0 +1,145 @@
+#include "runtime/common/rendezvous/client.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+#include <unistd.h>
+
+#include "runtime/common/env.h"
+#include "runtime/common/rendezvous/socket.h"
+
+namespace dadt {
+namespace rendezvous {
+namespace {
+
+// A single request never legitimately takes long: the server answers from memory. This bounds how
+// long a rank hangs if dadtrun is wedged.
+constexpr std::chrono::seconds kIoTimeout(60);
+
+}  // namespace
+
+StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
+    const std::string& addr, int port, const std::string& secret, std::chrono::milliseconds timeout) {
+  const std::string endpoint = addr + ":" + std::to_string(port);
+  if (port <= 0 || port > 65535) {
+    return InvalidArgument("rendezvous port " + std::to_string(port) + " of " + endpoint +
+                           " is out of range");
+  }
+  const auto deadline = Clock::now() + timeout;
+  auto backoff = std::chrono::milliseconds(10);
+  for (;;) {
+    StatusOr<int> fd = ConnectTcp(addr, port);
+    if (fd.ok()) {
+      return std::unique_ptr<RendezvousClient>(new RendezvousClient(*fd, endpoint, secret));
+    }
+    if (fd.status().code() == StatusCode::kInvalidArgument || Clock::now() + backoff >= deadline) {
+      return TimeoutError("could not connect to the rendezvous server at " + endpoint + " within " +
+                          std::to_string(timeout.count()) + " ms: " + fd.status().message());
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+  }
+}
+
+RendezvousClient::RendezvousClient(int fd, std::string endpoint, std::string secret)
+    : fd_(fd), endpoint_(std::move(endpoint)), secret_(std::move(secret)) {}
+
+RendezvousClient::~RendezvousClient() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+StatusOr<Response> RendezvousClient::Call(Op op, const std::string& key, const std::string& value) {
+  std::string payload, frame;
+  DADT_RETURN_IF_ERROR(EncodeRequest({op, secret_, key, value}, &payload));
+  DADT_RETURN_IF_ERROR(AppendFrame(payload, &frame));
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fd_ < 0) {
+    return Aborted("the connection to the rendezvous server at " + endpoint_ + " is closed");
+  }
+  const auto deadline = Clock::now() + kIoTimeout;
+  auto fail = [&](const Status& s) -> Status {
+    ::close(fd_);
+    fd_ = -1;
+    return Aborted(std::string(OpName(op)) + " '" + key + "' at rendezvous server " + endpoint_ +
+                   ": " + s.message());
+  };
+  Status s = SendAll(fd_, frame, deadline);
+  if (!s.ok()) return fail(s);
+  char header[kFrameHeaderBytes];
+  s = RecvAll(fd_, header, sizeof(header), deadline);
+  if (!s.ok()) return fail(s);
+  const uint32_t length = DecodeFrameLength(header);
+  if (length > kMaxFrameBytes) return fail(InvalidArgument("oversized response frame"));
+  std::string body(length, '\0');
+  s = RecvAll(fd_, body.data(), length, deadline);
+  if (!s.ok()) return fail(s);
+  Response response;
+  s = DecodeResponse(body, &response);
+  if (!s.ok()) return fail(s);
+  if (response.status == ResponseStatus::kUnauthorized) {
+    return fail(Status(StatusCode::kAborted,
+                       "the server refused the job secret (DADT_SECRET does not match this job)"));
+  }
+  if (response.status == ResponseStatus::kBadRequest) {
+    // Our frames are always well formed, so this is about the data (e.g. ADD on a non-number);
+    // if the server did close the connection, the next call reports it.
+    return InvalidArgument(std::string(OpName(op)) + " '" + key + "' at rendezvous server " +
+                           endpoint_ + " was refused: " + response.value);
+  }
+  return response;
+}
+
+Status RendezvousClient::Set(const std::string& key, const std::string& value) {
+  StatusOr<Response> r = Call(Op::kSet, key, value);
+  return r.ok() ? Status::OK() : r.status();
+}
+
+StatusOr<std::string> RendezvousClient::Get(const std::string& key,
+                                            std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  auto backoff = std::chrono::milliseconds(1);
+  for (;;) {
+    StatusOr<Response> r = Call(Op::kGet, key, "");
+    if (!r.ok()) return r.status();
+    if (r->status == ResponseStatus::kOk) return std::move(r->value);
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      return TimeoutError("timed out after " + std::to_string(timeout.count()) +
+                          " ms waiting for rendezvous key '" + key + "' at " + endpoint_);
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(20));
+  }
+}
+
+StatusOr<int64_t> RendezvousClient::Add(const std::string& key, int64_t delta) {
+  StatusOr<Response> r = Call(Op::kAdd, key, std::to_string(delta));
+  if (!r.ok()) return r.status();
+  char* end = nullptr;
+  long long v = std::strtoll(r->value.c_str(), &end, 10);
+  if (r->value.empty() || *end != '\0') {
+    return InternalError("rendezvous server answered ADD '" + key + "' with '" + r->value + "'");
+  }
+  return static_cast<int64_t>(v);
+}
+
+StatusOr<std::unique_ptr<RendezvousClient>> ConnectFromEnv(std::chrono::milliseconds timeout) {
+  for (const char* name : {env::kRendezvousAddr, env::kRendezvousPort, env::kSecret}) {
+    if (!env::IsSet(name)) {
+      return PreconditionFailed(std::string(name) +
+                                " is not set; start the job with dadtrun or set it by hand");
+    }
+  }
+  StatusOr<int64_t> port = env::GetInt(env::kRendezvousPort, 0);
+  if (!port.ok()) return PreconditionFailed(port.status().message());
+  if (*port <= 0 || *port > 65535) {
+    return PreconditionFailed(std::string(env::kRendezvousPort) + "=" + std::to_string(*port) +
+                              " is not a TCP port");
+  }
+  return RendezvousClient::Connect(env::GetString(env::kRendezvousAddr), static_cast<int>(*port),
+                                   env::GetString(env::kSecret), timeout);
+}
+
+}  // namespace rendezvous
+}  // namespace dadt

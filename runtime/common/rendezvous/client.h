@@ -1,0 +1,66 @@
+// RendezvousClient: a rank's connection to dadtrun's key-value server (protocol.h).
+//
+// The runtime creates one at init from the environment dadtrun sets (DADT_RENDEZVOUS_ADDR,
+// DADT_RENDEZVOUS_PORT, DADT_SECRET) and hands it to the backend and controller as their
+// KeyValueStore. Every request carries the job secret.
+//
+// Threading: one persistent TCP connection guarded by a mutex, so any number of threads may call it;
+// requests from different threads are serialised. After a connection error every later call fails
+// (the server only closes a connection when something is badly wrong).
+//
+//   auto client = ConnectFromEnv(std::chrono::seconds(30));
+//   if (!client.ok()) return client.status();
+//   DADT_RETURN_IF_ERROR((*client)->Set("ready/" + std::to_string(rank), "1"));
+//   StatusOr<std::string> addr = (*client)->Get("coordinator/addr", std::chrono::seconds(30));
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "runtime/common/kv_store.h"
+#include "runtime/common/rendezvous/protocol.h"
+#include "runtime/common/status.h"
+
+namespace dadt {
+namespace rendezvous {
+
+class RendezvousClient : public KeyValueStore {
+ public:
+  // Retries connecting (short backoff) until `timeout` passes; the error names addr:port and the
+  // last failure. The secret is checked by the server on the first request, not here.
+  static StatusOr<std::unique_ptr<RendezvousClient>> Connect(const std::string& addr, int port,
+                                                             const std::string& secret,
+                                                             std::chrono::milliseconds timeout);
+  ~RendezvousClient() override;
+  RendezvousClient(const RendezvousClient&) = delete;
+  RendezvousClient& operator=(const RendezvousClient&) = delete;
+
+  Status Set(const std::string& key, const std::string& value) override;
+  // Polls (backoff 1 ms doubling to 20 ms) until `key` exists; TimeoutError names the key.
+  StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override;
+  // Adds `delta` to the decimal counter at `key` (absent = 0) and returns the new value.
+  StatusOr<int64_t> Add(const std::string& key, int64_t delta);
+
+  const std::string& endpoint() const { return endpoint_; }  // "addr:port"
+
+ private:
+  RendezvousClient(int fd, std::string endpoint, std::string secret);
+  // One request/response exchange under mu_. Unauthorized (and any I/O or framing error) closes
+  // the connection; BadRequest is InvalidArgument; NotFound is returned as a Response.
+  StatusOr<Response> Call(Op op, const std::string& key, const std::string& value);
+
+  std::mutex mu_;
+  int fd_;  // -1 once the connection is broken
+  const std::string endpoint_;
+  const std::string secret_;
+};
+
+// Connects with the address, port and secret that dadtrun put in the environment; a missing or
+// malformed variable is PreconditionFailed naming it.
+StatusOr<std::unique_ptr<RendezvousClient>> ConnectFromEnv(std::chrono::milliseconds timeout);
+
+}  // namespace rendezvous
+}  // namespace dadt

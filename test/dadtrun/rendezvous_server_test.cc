@@ -1,0 +1,285 @@
+// dadtrun's RendezvousServer against the real RendezvousClient and against raw sockets sending junk.
+#include "dadtrun/rendezvous_server.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+#include <vector>
+
+#include "runtime/common/rendezvous/client.h"
+#include "runtime/common/rendezvous/protocol.h"
+#include "runtime/common/rendezvous/socket.h"
+
+namespace dadt {
+namespace dadtrun {
+namespace {
+
+using rendezvous::RendezvousClient;
+using std::chrono::milliseconds;
+
+constexpr char kSecret[] = "0123456789abcdef";
+
+class RendezvousServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = RendezvousServer::Start("127.0.0.1", kSecret);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    ASSERT_GT(server_->port(), 0);
+  }
+
+  std::unique_ptr<RendezvousClient> Client(const std::string& secret = kSecret) {
+    auto c = RendezvousClient::Connect("127.0.0.1", server_->port(), secret, milliseconds(5000));
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  // A raw connection for sending bytes no client would.
+  int RawConnect() {
+    StatusOr<int> fd = rendezvous::ConnectTcp("127.0.0.1", server_->port());
+    EXPECT_TRUE(fd.ok());
+    return fd.ok() ? *fd : -1;
+  }
+
+  // Reads one response frame; false if the server closed the connection first.
+  static bool ReadResponse(int fd, rendezvous::Response* out) {
+    const auto deadline = rendezvous::Clock::now() + std::chrono::seconds(5);
+    char header[4];
+    if (!rendezvous::RecvAll(fd, header, 4, deadline).ok()) return false;
+    std::string body(rendezvous::DecodeFrameLength(header), '\0');
+    if (!rendezvous::RecvAll(fd, body.data(), body.size(), deadline).ok()) return false;
+    return rendezvous::DecodeResponse(body, out).ok();
+  }
+
+  // True once the server has closed `fd` (recv returns EOF).
+  static bool ClosedByServer(int fd) {
+    char c;
+    const auto deadline = rendezvous::Clock::now() + std::chrono::seconds(5);
+    Status s = rendezvous::RecvAll(fd, &c, 1, deadline);
+    return !s.ok() && s.code() == StatusCode::kAborted;
+  }
+
+  static void SendRaw(int fd, const std::string& bytes) {
+    ASSERT_TRUE(
+        rendezvous::SendAll(fd, bytes, rendezvous::Clock::now() + std::chrono::seconds(5)).ok());
+  }
+
+  static std::string EncodedFrame(const rendezvous::Request& request) {
+    std::string payload, frame;
+    EXPECT_TRUE(rendezvous::EncodeRequest(request, &payload).ok());
+    EXPECT_TRUE(rendezvous::AppendFrame(payload, &frame).ok());
+    return frame;
+  }
+
+  // The server still answers a well-behaved client.
+  void ExpectStillServing() {
+    auto c = Client();
+    ASSERT_NE(c, nullptr);
+    ASSERT_TRUE(c->Set("alive", "yes").ok());
+    StatusOr<std::string> v = c->Get("alive", milliseconds(1000));
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(*v, "yes");
+  }
+
+  std::unique_ptr<RendezvousServer> server_;
+};
+
+TEST_F(RendezvousServerTest, SetGetAdd) {
+  auto a = Client();
+  auto b = Client();
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->Set("gloo/0", "addr-of-rank-0").ok());
+  StatusOr<std::string> v = b->Get("gloo/0", milliseconds(1000));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, "addr-of-rank-0");
+  ASSERT_TRUE(a->Set("gloo/0", "").ok());
+  EXPECT_EQ(*b->Get("gloo/0", milliseconds(1000)), "");
+
+  EXPECT_EQ(*a->Add("counter", 5), 5);
+  EXPECT_EQ(*b->Add("counter", -2), 3);
+  EXPECT_EQ(*b->Get("counter", milliseconds(0)), "3");
+  // ADD on a value that is not a number is refused but the connection stays usable.
+  ASSERT_TRUE(a->Set("text", "abc").ok());
+  EXPECT_EQ(a->Add("text", 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*a->Add("counter", 1), 4);
+}
+
+TEST_F(RendezvousServerTest, BinaryValuesUpToTheFrameLimit) {
+  auto c = Client();
+  ASSERT_NE(c, nullptr);
+  std::string big(rendezvous::kMaxFrameBytes - 100, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 31);
+  ASSERT_TRUE(c->Set("big", big).ok());
+  StatusOr<std::string> v = c->Get("big", milliseconds(1000));
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, big);
+}
+
+TEST_F(RendezvousServerTest, GetBlocksUntilAnotherClientSets) {
+  auto waiter = Client();
+  auto setter = Client();
+  std::thread t([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    ASSERT_TRUE(setter->Set("late", "value").ok());
+  });
+  StatusOr<std::string> v = waiter->Get("late", milliseconds(5000));
+  t.join();
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, "value");
+}
+
+TEST_F(RendezvousServerTest, GetOfAbsentKeyTimesOut) {
+  auto c = Client();
+  StatusOr<std::string> v = c->Get("never", milliseconds(60));
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(v.status().message().find("never"), std::string::npos);
+}
+
+TEST_F(RendezvousServerTest, ManyClientsAddConcurrently) {
+  constexpr int kClients = 8, kAdds = 50;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = Client();
+      ASSERT_NE(c, nullptr);
+      for (int j = 0; j < kAdds; ++j) ASSERT_TRUE(c->Add("n", 1).ok());
+      ASSERT_TRUE(c->Set("ready/" + std::to_string(i), "1").ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(*Client()->Add("n", 0), kClients * kAdds);
+  EXPECT_EQ(server_->ReadyCount(), kClients);
+  EXPECT_GE(server_->connections_accepted(), kClients);
+}
+
+TEST_F(RendezvousServerTest, ReadyCountCountsOnlyReadyPrefix) {
+  auto c = Client();
+  EXPECT_EQ(server_->ReadyCount(), 0);
+  ASSERT_TRUE(c->Set("ready/0", "1").ok());
+  ASSERT_TRUE(c->Set("ready/0", "1").ok());  // same rank twice counts once
+  ASSERT_TRUE(c->Set("ready/1", "1").ok());
+  ASSERT_TRUE(c->Set("ready", "x").ok());
+  ASSERT_TRUE(c->Set("readyz/2", "x").ok());
+  ASSERT_TRUE(c->Set("notready/3", "x").ok());
+  EXPECT_EQ(server_->ReadyCount(), 2);
+}
+
+TEST_F(RendezvousServerTest, WrongSecretIsRefusedAndTheConnectionClosed) {
+  auto bad = Client("not-the-secret");
+  ASSERT_NE(bad, nullptr);
+  Status s = bad->Set("k", "v");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("secret"), std::string::npos) << s.message();
+  EXPECT_FALSE(bad->Get("k", milliseconds(0)).ok());  // connection is gone
+  EXPECT_EQ(server_->requests_rejected(), 1);
+  // Nothing was stored.
+  EXPECT_FALSE(Client()->Get("k", milliseconds(0)).ok());
+  ExpectStillServing();
+}
+
+TEST_F(RendezvousServerTest, MissingSecretIsRefused) {
+  int fd = RawConnect();
+  SendRaw(fd, EncodedFrame({rendezvous::Op::kSet, "", "k", "v"}));
+  rendezvous::Response r;
+  ASSERT_TRUE(ReadResponse(fd, &r));
+  EXPECT_EQ(r.status, rendezvous::ResponseStatus::kUnauthorized);
+  EXPECT_TRUE(ClosedByServer(fd));
+  ::close(fd);
+  EXPECT_FALSE(Client()->Get("k", milliseconds(0)).ok());
+}
+
+TEST_F(RendezvousServerTest, SecretPrefixIsRefused) {
+  int fd = RawConnect();
+  SendRaw(fd, EncodedFrame({rendezvous::Op::kGet, std::string(kSecret).substr(0, 15), "k", ""}));
+  rendezvous::Response r;
+  ASSERT_TRUE(ReadResponse(fd, &r));
+  EXPECT_EQ(r.status, rendezvous::ResponseStatus::kUnauthorized);
+  ::close(fd);
+}
+
+TEST_F(RendezvousServerTest, OversizedFrameIsRejected) {
+  int fd = RawConnect();
+  const uint32_t len = rendezvous::kMaxFrameBytes + 1;
+  std::string header;
+  for (int i = 0; i < 4; ++i) header.push_back(static_cast<char>((len >> (8 * i)) & 0xFF));
+  SendRaw(fd, header);
+  rendezvous::Response r;
+  ASSERT_TRUE(ReadResponse(fd, &r));
+  EXPECT_EQ(r.status, rendezvous::ResponseStatus::kBadRequest);
+  EXPECT_TRUE(ClosedByServer(fd));
+  ::close(fd);
+  ExpectStillServing();
+}
+
+TEST_F(RendezvousServerTest, GarbageDoesNotCrashTheServer) {
+  // HTTP on the port: "GET " read as a length is far over the limit.
+  int http = RawConnect();
+  SendRaw(http, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  rendezvous::Response r;
+  ASSERT_TRUE(ReadResponse(http, &r));
+  EXPECT_EQ(r.status, rendezvous::ResponseStatus::kBadRequest);
+  EXPECT_TRUE(ClosedByServer(http));
+  ::close(http);
+
+  // A well-framed payload that is not a request (lengths past its end).
+  int junk = RawConnect();
+  SendRaw(junk, std::string("\x06\x00\x00\x00\x01\x01\xff\xff\x00\x00", 10));
+  ASSERT_TRUE(ReadResponse(junk, &r));
+  EXPECT_EQ(r.status, rendezvous::ResponseStatus::kBadRequest);
+  ::close(junk);
+
+  // Half a frame, then hang up; and one that stays open with half a frame.
+  int half = RawConnect();
+  SendRaw(half, std::string("\x20\x00\x00\x00\x01", 5));
+  ::close(half);
+  int stalled = RawConnect();
+  SendRaw(stalled, std::string("\x20\x00\x00\x00\x01", 5));
+
+  // Every byte value as a frame body.
+  for (int b = 0; b < 256; b += 17) {
+    int fd = RawConnect();
+    SendRaw(fd, std::string("\x03\x00\x00\x00", 4) + std::string(3, static_cast<char>(b)));
+    ReadResponse(fd, &r);
+    ::close(fd);
+  }
+  ExpectStillServing();
+  ::close(stalled);
+  EXPECT_GE(server_->requests_rejected(), 2);
+}
+
+TEST_F(RendezvousServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  int fd = RawConnect();
+  SendRaw(fd, EncodedFrame({rendezvous::Op::kSet, kSecret, "a", "1"}) +
+                  EncodedFrame({rendezvous::Op::kAdd, kSecret, "a", "41"}) +
+                  EncodedFrame({rendezvous::Op::kGet, kSecret, "a", ""}) +
+                  EncodedFrame({rendezvous::Op::kGet, kSecret, "missing", ""}));
+  rendezvous::Response r;
+  ASSERT_TRUE(ReadResponse(fd, &r));
+  EXPECT_EQ(r.status, rendezvous::ResponseStatus::kOk);
+  ASSERT_TRUE(ReadResponse(fd, &r));
+  EXPECT_EQ(r.value, "42");
+  ASSERT_TRUE(ReadResponse(fd, &r));
+  EXPECT_EQ(r.value, "42");
+  ASSERT_TRUE(ReadResponse(fd, &r));
+  EXPECT_EQ(r.status, rendezvous::ResponseStatus::kNotFound);
+  ::close(fd);
+}
+
+TEST_F(RendezvousServerTest, StopClosesClientConnections) {
+  auto c = Client();
+  ASSERT_TRUE(c->Set("k", "v").ok());
+  server_->Stop();
+  server_->Stop();  // idempotent
+  EXPECT_FALSE(c->Get("k", milliseconds(100)).ok());
+}
+
+TEST(RendezvousServerStartTest, RefusesAnEmptySecret) {
+  EXPECT_FALSE(RendezvousServer::Start("127.0.0.1", "").ok());
+}
+
+}  // namespace
+}  // namespace dadtrun
+}  // namespace dadt

@@ -1,0 +1,127 @@
+#include "dadtrun/worker_env.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <set>
+
+namespace dadt {
+namespace dadtrun {
+namespace {
+
+LaunchConfig Config(int np) {
+  LaunchConfig c;
+  c.num_proc = np;
+  c.hosts = {{"localhost", np}};
+  c.command = {"python", "train.py"};
+  return c;
+}
+
+JobEndpoints Endpoints() {
+  JobEndpoints e;
+  e.hostname = "node1";
+  e.rendezvous_addr = "127.0.0.1";
+  e.rendezvous_port = 4242;
+  e.secret = "cafe";
+  e.master_addr = "127.0.0.1";
+  e.master_port = 29500;
+  return e;
+}
+
+TEST(WorkerEnvTest, ContractForEachRank) {
+  const EnvMap user = {{"PATH", "/usr/bin"}, {"HOME", "/root"}};
+  for (int rank = 0; rank < 3; ++rank) {
+    EnvMap env = WorkerEnvironment(Config(3), Endpoints(), user, rank);
+    const std::string r = std::to_string(rank);
+    EXPECT_EQ(env["DADT_RANK"], r);
+    EXPECT_EQ(env["DADT_SIZE"], "3");
+    EXPECT_EQ(env["DADT_LOCAL_RANK"], r);
+    EXPECT_EQ(env["DADT_LOCAL_SIZE"], "3");
+    EXPECT_EQ(env["DADT_CROSS_RANK"], "0");
+    EXPECT_EQ(env["DADT_CROSS_SIZE"], "1");
+    EXPECT_EQ(env["DADT_HOSTNAME"], "node1");
+    EXPECT_EQ(env["DADT_CONTROLLER"], "gloo");
+    EXPECT_EQ(env["DADT_RENDEZVOUS_ADDR"], "127.0.0.1");
+    EXPECT_EQ(env["DADT_RENDEZVOUS_PORT"], "4242");
+    EXPECT_EQ(env["DADT_SECRET"], "cafe");
+    EXPECT_EQ(env.count("DADT_IFACE"), 0u);
+    EXPECT_EQ(env["RANK"], r);
+    EXPECT_EQ(env["WORLD_SIZE"], "3");
+    EXPECT_EQ(env["LOCAL_RANK"], r);
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "3");
+    EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_EQ(env["MASTER_PORT"], "29500");
+    EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+    EXPECT_EQ(env["PYTHONUNBUFFERED"], "1");
+    EXPECT_EQ(env["DADT_START_TIMEOUT"], "30");
+    EXPECT_EQ(env["PATH"], "/usr/bin");
+    EXPECT_EQ(env["HOME"], "/root");
+  }
+}
+
+TEST(WorkerEnvTest, UserSettingsWinWhereTheyShould) {
+  const EnvMap user = {{"OMP_NUM_THREADS", "4"},      {"PYTHONUNBUFFERED", "0"},
+                       {"DADT_CYCLE_TIME", "7"},      {"DADT_FUSION_THRESHOLD", "99"},
+                       {"DADT_START_TIMEOUT", "120"}, {"DADT_RANK", "stale"}};
+  EnvMap env = WorkerEnvironment(Config(2), Endpoints(), user, 1);
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "4");
+  EXPECT_EQ(env["PYTHONUNBUFFERED"], "0");
+  EXPECT_EQ(env["DADT_CYCLE_TIME"], "7");         // no flag: user's value stays
+  EXPECT_EQ(env["DADT_FUSION_THRESHOLD"], "99");
+  EXPECT_EQ(env["DADT_START_TIMEOUT"], "120");
+  EXPECT_EQ(env["DADT_RANK"], "1");  // the contract always wins
+}
+
+TEST(WorkerEnvTest, SingleRankLeavesOmpAlone) {
+  EnvMap env = WorkerEnvironment(Config(1), Endpoints(), {}, 0);
+  EXPECT_EQ(env.count("OMP_NUM_THREADS"), 0u);
+}
+
+TEST(WorkerEnvTest, FlagsMapToVariables) {
+  LaunchConfig c = Config(2);
+  c.fusion_threshold_bytes = 64LL * 1024 * 1024;
+  c.cycle_time_ms = 0.5;
+  c.cache_capacity = 0;
+  c.start_timeout_seconds = 90;
+  c.log_level = "debug";
+  c.network_interface = "eth1";
+  const EnvMap user = {{"DADT_CYCLE_TIME", "7"}, {"DADT_START_TIMEOUT", "120"}};
+  EnvMap env = WorkerEnvironment(c, Endpoints(), user, 0);
+  EXPECT_EQ(env["DADT_FUSION_THRESHOLD"], "67108864");
+  EXPECT_EQ(env["DADT_CYCLE_TIME"], "0.5");
+  EXPECT_EQ(env["DADT_CACHE_CAPACITY"], "0");
+  EXPECT_EQ(env["DADT_START_TIMEOUT"], "90");
+  EXPECT_EQ(env["DADT_LOG_LEVEL"], "debug");
+  EXPECT_EQ(env["DADT_IFACE"], "eth1");
+}
+
+TEST(WorkerEnvTest, ToEnvStrings) {
+  EXPECT_EQ(ToEnvStrings({{"A", "1"}, {"B", "x=y"}}), (std::vector<std::string>{"A=1", "B=x=y"}));
+}
+
+TEST(WorkerEnvTest, CurrentEnvironmentSnapshot) {
+  ::setenv("DADT_TEST_SNAPSHOT", "a=b", 1);
+  EnvMap env = CurrentEnvironment();
+  EXPECT_EQ(env["DADT_TEST_SNAPSHOT"], "a=b");
+}
+
+TEST(WorkerEnvTest, SecretIs32RandomBytesInHex) {
+  StatusOr<std::string> a = GenerateSecret();
+  StatusOr<std::string> b = GenerateSecret();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 64u);
+  EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(*a, *b);
+  EXPECT_GE(std::set<char>(a->begin(), a->end()).size(), 6u);
+}
+
+TEST(WorkerEnvTest, FindFreePortGivesABindablePort) {
+  StatusOr<int> port = FindFreePort("127.0.0.1");
+  ASSERT_TRUE(port.ok());
+  EXPECT_GT(*port, 0);
+  EXPECT_LE(*port, 65535);
+}
+
+}  // namespace
+}  // namespace dadtrun
+}  // namespace dadt

@@ -1,0 +1,153 @@
+// RendezvousClient on its own: connection errors, environment handling, and polling against a
+// scripted fake server. The real server is exercised in test/dadtrun/rendezvous_server_test.cc.
+#include "runtime/common/rendezvous/client.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "runtime/common/rendezvous/protocol.h"
+#include "runtime/common/rendezvous/socket.h"
+
+namespace dadt {
+namespace rendezvous {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Accepts one connection and answers each request with kNotFound until `found_after` requests
+// have been seen, then kOk "value". Counts the GETs.
+class FakeServer {
+ public:
+  explicit FakeServer(int found_after) : found_after_(found_after) {
+    StatusOr<int> fd = ListenTcp("127.0.0.1", 0, &port_);
+    EXPECT_TRUE(fd.ok());
+    listen_fd_ = *fd;
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeServer() {
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  int port() const { return port_; }
+  int requests() const { return requests_.load(); }
+  std::string last_secret() {
+    return last_secret_;
+  }
+
+ private:
+  void Serve() {
+    int fd = -1;
+    for (int i = 0; i < 5000 && fd < 0; ++i) {
+      fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) std::this_thread::sleep_for(milliseconds(1));
+    }
+    if (fd < 0) return;
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      char header[4];
+      if (!RecvAll(fd, header, 4, deadline).ok()) break;
+      std::string body(DecodeFrameLength(header), '\0');
+      if (!RecvAll(fd, body.data(), body.size(), deadline).ok()) break;
+      Request req;
+      if (!DecodeRequest(body, &req).ok()) break;
+      last_secret_ = req.secret;
+      Response resp{++requests_ > found_after_ ? ResponseStatus::kOk : ResponseStatus::kNotFound,
+                    "value"};
+      std::string payload, frame;
+      (void)EncodeResponse(resp, &payload);
+      (void)AppendFrame(payload, &frame);
+      if (!SendAll(fd, frame, deadline).ok()) break;
+    }
+    ::close(fd);
+  }
+
+  int found_after_;
+  int port_ = 0;
+  int listen_fd_ = -1;
+  std::atomic<int> requests_{0};
+  std::string last_secret_;
+  std::thread thread_;
+};
+
+TEST(RendezvousClientTest, ConnectTimeoutNamesTheEndpoint) {
+  // A port that was free a moment ago: nothing listens there.
+  int port = 0;
+  StatusOr<int> fd = ListenTcp("127.0.0.1", 0, &port);
+  ASSERT_TRUE(fd.ok());
+  ::close(*fd);
+  auto start = std::chrono::steady_clock::now();
+  auto client = RendezvousClient::Connect("127.0.0.1", port, "s", milliseconds(200));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(150));
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(client.status().message().find("127.0.0.1:" + std::to_string(port)),
+            std::string::npos)
+      << client.status().message();
+}
+
+TEST(RendezvousClientTest, GetPollsUntilTheKeyAppears) {
+  FakeServer server(/*found_after=*/3);
+  auto client = RendezvousClient::Connect("127.0.0.1", server.port(), "job-secret",
+                                          milliseconds(2000));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  StatusOr<std::string> v = (*client)->Get("k", milliseconds(5000));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(*v, "value");
+  EXPECT_EQ(server.requests(), 4);
+  EXPECT_EQ(server.last_secret(), "job-secret");
+}
+
+TEST(RendezvousClientTest, GetTimeoutNamesTheKey) {
+  FakeServer server(/*found_after=*/1000000);
+  auto client = RendezvousClient::Connect("127.0.0.1", server.port(), "s", milliseconds(2000));
+  ASSERT_TRUE(client.ok());
+  auto start = std::chrono::steady_clock::now();
+  StatusOr<std::string> v = (*client)->Get("gloo/rank3", milliseconds(150));
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(v.status().message().find("gloo/rank3"), std::string::npos);
+  EXPECT_GE(elapsed, milliseconds(140));
+  EXPECT_LT(elapsed, milliseconds(2000));
+  // Backoff caps at 20 ms, so 150 ms takes more than a handful of polls but not thousands.
+  EXPECT_GE(server.requests(), 6);
+  EXPECT_LE(server.requests(), 200);
+}
+
+TEST(RendezvousClientTest, ConnectFromEnvReportsMissingVariables) {
+  ::unsetenv("DADT_RENDEZVOUS_ADDR");
+  ::unsetenv("DADT_RENDEZVOUS_PORT");
+  ::unsetenv("DADT_SECRET");
+  auto client = ConnectFromEnv(milliseconds(100));
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kPreconditionFailed);
+  EXPECT_NE(client.status().message().find("DADT_RENDEZVOUS_ADDR"), std::string::npos);
+
+  ::setenv("DADT_RENDEZVOUS_ADDR", "127.0.0.1", 1);
+  ::setenv("DADT_RENDEZVOUS_PORT", "notaport", 1);
+  ::setenv("DADT_SECRET", "s", 1);
+  client = ConnectFromEnv(milliseconds(100));
+  ASSERT_FALSE(client.ok());
+  EXPECT_NE(client.status().message().find("DADT_RENDEZVOUS_PORT"), std::string::npos);
+}
+
+TEST(RendezvousClientTest, ConnectFromEnvUsesTheEnvironment) {
+  FakeServer server(/*found_after=*/0);
+  ::setenv("DADT_RENDEZVOUS_ADDR", "127.0.0.1", 1);
+  ::setenv("DADT_RENDEZVOUS_PORT", std::to_string(server.port()).c_str(), 1);
+  ::setenv("DADT_SECRET", "from-env", 1);
+  auto client = ConnectFromEnv(milliseconds(2000));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_TRUE((*client)->Set("k", "v").ok());
+  EXPECT_EQ(server.last_secret(), "from-env");
+}
+
+}  // namespace
+}  // namespace rendezvous
+}  // namespace dadt
