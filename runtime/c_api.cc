@@ -17,8 +17,12 @@ using dadt::Status;
 using dadt::StatusOr;
 using dadt::core::Runtime;
 
+// The process's runtime. Calls take a shared reference under the mutex, so a concurrent shutdown
+// never frees it under them. After shutdown the object stays (stopped) so that waits on its
+// handles still answer ABORTED; the next init replaces it.
 std::mutex g_mu;
-std::unique_ptr<Runtime> g_runtime;  // guarded by g_mu for start/stop; calls read it lock-free
+std::shared_ptr<Runtime> g_runtime;
+bool g_running = false;
 thread_local std::string t_last_error;
 thread_local int t_last_code = DADT_OK;
 
@@ -28,7 +32,15 @@ int Fail(const Status& s) {
   return t_last_code;
 }
 
-Runtime* Get() { return g_runtime.get(); }
+std::shared_ptr<Runtime> Get() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_runtime;
+}
+
+std::shared_ptr<Runtime> GetRunning() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_running ? g_runtime : nullptr;
+}
 
 constexpr uint8_t kDLBoolCode = 6;  // DLPack >= 0.8; Debian ships 0.6 headers
 
@@ -118,7 +130,7 @@ void dadt_op_desc_default(dadt_op_desc* d) {
 
 int dadt_init(const dadt_init_options* options) {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_runtime) return DADT_OK;
+  if (g_running) return DADT_OK;
   auto opts = dadt::core::RuntimeOptions::FromEnv();
   if (!opts.ok()) return Fail(opts.status());
   if (options) {
@@ -129,31 +141,55 @@ int dadt_init(const dadt_init_options* options) {
   }
   auto rt = Runtime::Start(*opts, nullptr);
   if (!rt.ok()) return Fail(rt.status());
-  g_runtime = std::move(*rt);
+  g_runtime = std::shared_ptr<Runtime>(std::move(*rt));
+  g_running = true;
   return DADT_OK;
 }
 
 int dadt_shutdown(void) {
-  std::unique_ptr<Runtime> rt;
+  std::shared_ptr<Runtime> rt;
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    rt = std::move(g_runtime);
+    if (!g_running) return DADT_OK;
+    g_running = false;
+    rt = g_runtime;
   }
-  if (rt) rt->Shutdown();
+  rt->Shutdown();  // pending handles complete with ABORTED
   return DADT_OK;
 }
 
-int dadt_is_initialized(void) { return Get() != nullptr; }
+int dadt_is_initialized(void) { return GetRunning() != nullptr; }
 const char* dadt_last_error(void) { return t_last_error.c_str(); }
 int dadt_last_error_code(void) { return t_last_code; }
 
-int dadt_rank(void) { return Get() ? Get()->options().rank : -1; }
-int dadt_size(void) { return Get() ? Get()->options().size : -1; }
-int dadt_local_rank(void) { return Get() ? Get()->options().local_rank : -1; }
-int dadt_local_size(void) { return Get() ? Get()->options().local_size : -1; }
-int dadt_cross_rank(void) { return Get() ? Get()->options().cross_rank : -1; }
-int dadt_cross_size(void) { return Get() ? Get()->options().cross_size : -1; }
-const char* dadt_backend_name(void) { return Get() ? Get()->options().backend.c_str() : nullptr; }
+int dadt_rank(void) {
+  auto rt = GetRunning();
+  return rt ? rt->options().rank : -1;
+}
+int dadt_size(void) {
+  auto rt = GetRunning();
+  return rt ? rt->options().size : -1;
+}
+int dadt_local_rank(void) {
+  auto rt = GetRunning();
+  return rt ? rt->options().local_rank : -1;
+}
+int dadt_local_size(void) {
+  auto rt = GetRunning();
+  return rt ? rt->options().local_size : -1;
+}
+int dadt_cross_rank(void) {
+  auto rt = GetRunning();
+  return rt ? rt->options().cross_rank : -1;
+}
+int dadt_cross_size(void) {
+  auto rt = GetRunning();
+  return rt ? rt->options().cross_size : -1;
+}
+const char* dadt_backend_name(void) {
+  auto rt = GetRunning();
+  return rt ? rt->backend_name() : nullptr;
+}
 
 const char* dadt_built_backends(void) {
   static const std::string names = [] {
@@ -165,7 +201,7 @@ const char* dadt_built_backends(void) {
 }
 
 int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTensor* output) {
-  Runtime* rt = Get();
+  auto rt = GetRunning();
   if (!rt) {
     Fail(dadt::PreconditionFailed("dadt has not been initialized; use dadt.init()."));
     return -1;
@@ -205,12 +241,24 @@ int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTe
   return *h;
 }
 
-int dadt_poll(int64_t handle) { return Get() ? Get()->handles().Poll(handle) : -1; }
+int dadt_poll(int64_t handle) {
+  auto rt = Get();
+  return rt ? rt->handles().Poll(handle) : -1;
+}
 
 int dadt_wait(int64_t handle, char* msg, size_t msg_len) {
-  Runtime* rt = Get();
-  if (!rt) return Fail(dadt::PreconditionFailed("dadt is not running (shut down or never initialized)"));
-  Status s = rt->handles().Wait(handle);
+  return dadt_wait_for(handle, -1, msg, msg_len);
+}
+
+int dadt_wait_for(int64_t handle, int64_t timeout_ms, char* msg, size_t msg_len) {
+  auto rt = Get();
+  if (!rt) return Fail(dadt::PreconditionFailed("dadt has not been initialized; use dadt.init()."));
+  Status s;
+  if (timeout_ms < 0) {
+    s = rt->handles().Wait(handle);
+  } else if (!rt->handles().WaitFor(handle, std::chrono::milliseconds(timeout_ms), &s)) {
+    return DADT_PENDING;
+  }
   if (!s.ok() && msg && msg_len) {
     std::strncpy(msg, s.message().c_str(), msg_len - 1);
     msg[msg_len - 1] = '\0';
@@ -220,7 +268,7 @@ int dadt_wait(int64_t handle, char* msg, size_t msg_len) {
 }
 
 DLManagedTensor* dadt_take_output(int64_t handle) {
-  Runtime* rt = Get();
+  auto rt = Get();
   if (!rt) return nullptr;
   auto buf = rt->handles().TakeOutput(handle);
   if (!buf) return nullptr;
@@ -240,17 +288,22 @@ DLManagedTensor* dadt_take_output(int64_t handle) {
   return &o->managed;
 }
 
-int64_t dadt_handle_int_result(int64_t handle) { return Get() ? Get()->handles().IntResult(handle) : -1; }
+int64_t dadt_handle_int_result(int64_t handle) {
+  auto rt = Get();
+  return rt ? rt->handles().IntResult(handle) : -1;
+}
 
 int dadt_handle_received_splits(int64_t handle, int64_t* out, int n) {
-  if (!Get()) return -1;
-  auto splits = Get()->handles().ReceivedSplits(handle);
+  auto rt = Get();
+  if (!rt) return -1;
+  auto splits = rt->handles().ReceivedSplits(handle);
   for (int i = 0; i < n && i < static_cast<int>(splits.size()); ++i) out[i] = splits[i];
   return static_cast<int>(splits.size());
 }
 
 void dadt_release(int64_t handle) {
-  if (Get()) Get()->handles().Release(handle);
+  auto rt = Get();
+  if (rt) rt->handles().Release(handle);
 }
 
 }  // extern "C"

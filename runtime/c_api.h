@@ -41,6 +41,7 @@ extern "C" {
 #define DADT_ERR_TIMEOUT 5
 #define DADT_ERR_UNIMPLEMENTED 6
 #define DADT_ERR_INTERNAL 7
+#define DADT_PENDING (-2) /* dadt_wait_for: not done yet */
 
 /* Op types (dadt::OpType). */
 #define DADT_OP_ALLREDUCE 0
@@ -90,7 +91,8 @@ void dadt_op_desc_default(dadt_op_desc* desc);
 
 /* Starts the runtime (idempotent: a second call while running returns DADT_OK). */
 int dadt_init(const dadt_init_options* options);
-/* Stops the runtime; pending handles complete with DADT_ERR_ABORTED. */
+/* Stops the runtime for every rank; pending handles complete with DADT_ERR_ABORTED (waits on them
+ * keep answering until the next dadt_init). */
 int dadt_shutdown(void);
 int dadt_is_initialized(void);
 /* Message of the last failed call on this thread. */
@@ -118,6 +120,9 @@ int dadt_last_error_code(void);
 int dadt_poll(int64_t handle);
 /* Blocks until done. Returns the status code; on error copies the message into msg. */
 int dadt_wait(int64_t handle, char* msg, size_t msg_len);
+/* Like dadt_wait, but returns DADT_PENDING when `timeout_ms` passes first (timeout_ms < 0 waits
+ * forever). Lets a binding wake up to check for Ctrl-C. */
+int dadt_wait_for(int64_t handle, int64_t timeout_ms, char* msg, size_t msg_len);
 /* Runtime-allocated output of a completed handle (once); NULL if none. Caller calls deleter. */
 DLManagedTensor* dadt_take_output(int64_t handle);
 /* Integer result of a completed handle: join -> the last rank that joined. */

@@ -46,6 +46,18 @@ Status HandleTable::Wait(int64_t handle) {
   return it->second.result.status;
 }
 
+bool HandleTable::WaitFor(int64_t handle, std::chrono::milliseconds timeout, Status* status) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end()) {
+    *status = InvalidArgument("unknown handle " + std::to_string(handle));
+    return true;
+  }
+  if (!cv_.wait_for(lock, timeout, [&] { return it->second.done; })) return false;
+  *status = it->second.result.status;
+  return true;
+}
+
 std::unique_ptr<HostBuffer> HandleTable::TakeOutput(int64_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(handle);

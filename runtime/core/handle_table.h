@@ -5,6 +5,7 @@
 // the loop thread needs for long (one mutex, condition variable per table).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -42,6 +43,8 @@ class HandleTable {
   int Poll(int64_t handle);
   // Blocks until done; returns its status (InvalidArgument for an unknown handle).
   Status Wait(int64_t handle);
+  // Like Wait, but gives up after `timeout`; returns false then (status untouched).
+  bool WaitFor(int64_t handle, std::chrono::milliseconds timeout, Status* status);
   std::unique_ptr<HostBuffer> TakeOutput(int64_t handle);
   int64_t IntResult(int64_t handle);
   std::vector<int64_t> ReceivedSplits(int64_t handle);

@@ -53,9 +53,9 @@ bool Request::SameSignature(const Request& o) const {
 }
 
 bool Request::Cacheable() const {
-  // Allgather and alltoall carry per-rank sizes; grouped members carry per-call group ids.
-  return (op == OpType::kAllreduce || op == OpType::kBroadcast || op == OpType::kReducescatter) &&
-         group_id < 0;
+  // Allgather and alltoall carry per-rank sizes. Grouped members are cacheable: the group id is
+  // part of the signature (the Python layer derives it from the member names).
+  return op == OpType::kAllreduce || op == OpType::kBroadcast || op == OpType::kReducescatter;
 }
 
 Response::Type ResponseTypeFor(OpType op) {

@@ -191,7 +191,8 @@ Status Runtime::Validate(const TensorEntry& e) const {
                              "Sum or Max (logical or) or Min or Product (logical and)");
     }
   }
-  if ((r.op == OpType::kAllreduce || r.op == OpType::kBroadcast) && e.output == nullptr) {
+  if ((r.op == OpType::kAllreduce || r.op == OpType::kBroadcast) && e.output == nullptr &&
+      NumElements(r.shape) > 0) {
     return InvalidArgument("tensor " + quoted + ": an output buffer is required");
   }
   if (r.op != OpType::kBarrier && r.op != OpType::kJoin && e.input == nullptr &&

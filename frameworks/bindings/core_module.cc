@@ -1,0 +1,263 @@
+// dadt._core: the pybind11 module over dadt's stable C API (runtime/c_api.h).
+//
+// One thin file, one function per C entry point, no state of its own. Tensors cross as DLPack:
+// enqueue() reads the DLManagedTensor out of a "dltensor" capsule (from `tensor.__dlpack__()`)
+// WITHOUT consuming it -- the Python layer keeps the capsule, and so the tensor, alive until the
+// handle completes. take_output() wraps a runtime-allocated result in a new "dltensor" capsule
+// that a framework's from_dlpack() consumes.
+//
+// Errors raise _core.CoreError (a RuntimeError) with `.code` (a DADT_ERR_* value) and `.message`
+// (the runtime's text, verbatim); dadt/common/exceptions.py maps codes to Python exception types.
+//
+// The GIL is released around every call that may block or take a runtime lock (init, shutdown,
+// enqueue, wait), so the runtime's loop thread and other Python threads keep going.
+//
+//   h = _core.enqueue(_core.OP_ALLREDUCE, "grad.w", t.__dlpack__(), out.__dlpack__(), ...)
+//   _core.wait(h); _core.release(h)
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/c_api.h"
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr char kCapsuleName[] = "dltensor";
+
+// _core.CoreError; created once at import and kept for the life of the process.
+PyObject* g_core_error = nullptr;
+
+// Raises CoreError(code, message) with .code and .message set. Needs the GIL.
+[[noreturn]] void ThrowCoreError(int code, const std::string& message) {
+  py::object text = py::reinterpret_steal<py::object>(
+      PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "replace"));
+  if (!text) throw py::error_already_set();
+  py::object exc = py::reinterpret_borrow<py::object>(g_core_error)(code, text);
+  exc.attr("code") = code;
+  exc.attr("message") = text;
+  PyErr_SetObject(g_core_error, exc.ptr());
+  throw py::error_already_set();
+}
+
+// The failure of the last C call on this thread (the GIL release does not switch threads).
+[[noreturn]] void ThrowLastError() {
+  const char* message = dadt_last_error();
+  int code = dadt_last_error_code();
+  ThrowCoreError(code == DADT_OK ? DADT_ERR_INTERNAL : code, message ? message : "unknown error");
+}
+
+void CheckStatus(int rc) {
+  if (rc != DADT_OK) ThrowLastError();
+}
+
+// The DLTensor inside a "dltensor" capsule, left unconsumed; nullptr for None.
+const DLTensor* TensorFromCapsule(const py::handle& obj, const char* what) {
+  if (obj.is_none()) return nullptr;
+  if (!PyCapsule_CheckExact(obj.ptr())) {
+    throw py::type_error(std::string(what) +
+                         " must be a DLPack capsule (tensor.__dlpack__()) or None");
+  }
+  if (!PyCapsule_IsValid(obj.ptr(), kCapsuleName)) {
+    throw py::value_error(std::string(what) +
+                          " is not an unconsumed \"dltensor\" capsule (already consumed, or a "
+                          "versioned DLPack capsule)");
+  }
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(obj.ptr(), kCapsuleName));
+  if (managed == nullptr) throw py::error_already_set();
+  return &managed->dl_tensor;
+}
+
+// Destructor of capsules made by take_output(): frees the tensor unless a consumer (from_dlpack)
+// renamed the capsule to "used_dltensor" and took ownership.
+void DeleteOutputCapsule(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, kCapsuleName)) return;  // consumed: the consumer owns it
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+  if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
+  PyErr_Restore(type, value, traceback);
+}
+
+void Init(int64_t fusion_threshold_bytes, double cycle_time_ms, int64_t cache_capacity,
+          std::optional<std::string> backend) {
+  dadt_init_options options;
+  dadt_init_options_default(&options);
+  options.fusion_threshold_bytes = fusion_threshold_bytes;
+  options.cycle_time_ms = cycle_time_ms;
+  options.cache_capacity = cache_capacity;
+  options.backend = backend ? backend->c_str() : nullptr;
+  int rc;
+  {
+    py::gil_scoped_release release;
+    rc = dadt_init(&options);
+  }
+  CheckStatus(rc);
+}
+
+void Shutdown() {
+  int rc;
+  {
+    py::gil_scoped_release release;
+    rc = dadt_shutdown();
+  }
+  CheckStatus(rc);
+}
+
+py::object BackendName() {
+  const char* name = dadt_backend_name();
+  if (name == nullptr) return py::none();
+  return py::str(name);
+}
+
+std::vector<std::string> BuiltBackends() {
+  std::vector<std::string> names;
+  const char* all = dadt_built_backends();
+  std::string list = all ? all : "";
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    if (end > start) names.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  return names;
+}
+
+int64_t Enqueue(int op_type, const std::string& name, py::handle input, py::handle output,
+                int reduce_op, double prescale, double postscale, int root_rank,
+                std::optional<std::vector<int64_t>> splits, int64_t group_id, int group_size) {
+  const DLTensor* in = TensorFromCapsule(input, "input");
+  const DLTensor* out = TensorFromCapsule(output, "output");
+  dadt_op_desc desc;
+  dadt_op_desc_default(&desc);
+  desc.op_type = op_type;
+  desc.name = name.c_str();
+  desc.reduce_op = reduce_op;
+  desc.prescale_factor = prescale;
+  desc.postscale_factor = postscale;
+  desc.root_rank = root_rank;
+  desc.splits = splits ? splits->data() : nullptr;
+  desc.num_splits = splits ? static_cast<int32_t>(splits->size()) : 0;
+  desc.group_id = group_id;
+  desc.group_size = group_size;
+  int64_t handle;
+  {
+    py::gil_scoped_release release;
+    handle = dadt_enqueue(&desc, in, out);
+  }
+  if (handle < 0) ThrowLastError();
+  return handle;
+}
+
+bool Poll(int64_t handle) {
+  int rc = dadt_poll(handle);
+  if (rc < 0) ThrowCoreError(DADT_ERR_INVALID_ARGUMENT, "unknown handle " + std::to_string(handle));
+  return rc == 1;
+}
+
+void Wait(int64_t handle) {
+  char message[4096] = {0};
+  int rc;
+  // Wait in slices so that Ctrl-C (SIGINT -> KeyboardInterrupt) interrupts a stuck synchronize.
+  while (true) {
+    {
+      py::gil_scoped_release release;
+      rc = dadt_wait_for(handle, 200, message, sizeof message);
+    }
+    if (rc != DADT_PENDING) break;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+  message[sizeof message - 1] = '\0';
+  if (rc == DADT_OK) return;
+  const char* last = dadt_last_error();  // some failures set only the thread's last error
+  ThrowCoreError(rc, message[0] ? message : (last && last[0] ? last : "collective failed"));
+}
+
+py::object TakeOutput(int64_t handle) {
+  DLManagedTensor* managed = dadt_take_output(handle);
+  if (managed == nullptr) return py::none();
+  PyObject* capsule = PyCapsule_New(managed, kCapsuleName, DeleteOutputCapsule);
+  if (capsule == nullptr) {
+    if (managed->deleter != nullptr) managed->deleter(managed);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(capsule);
+}
+
+std::vector<int64_t> ReceivedSplits(int64_t handle) {
+  int n = dadt_handle_received_splits(handle, nullptr, 0);
+  if (n < 0) ThrowCoreError(DADT_ERR_INVALID_ARGUMENT, "unknown handle " + std::to_string(handle));
+  std::vector<int64_t> splits(n);
+  if (n > 0) dadt_handle_received_splits(handle, splits.data(), n);
+  return splits;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "dadt's runtime, bound over the C API in runtime/c_api.h (internal; use dadt.torch).";
+
+  g_core_error = PyErr_NewExceptionWithDoc(
+      "dadt._core.CoreError",
+      "A failed runtime call: args (code, message); .code is a DADT_ERR_* value.",
+      PyExc_RuntimeError, nullptr);
+  if (g_core_error == nullptr) throw py::error_already_set();
+  m.attr("CoreError") = py::reinterpret_borrow<py::object>(g_core_error);
+
+  m.attr("OK") = DADT_OK;
+  m.attr("ERR_INVALID_ARGUMENT") = DADT_ERR_INVALID_ARGUMENT;
+  m.attr("ERR_MISMATCH") = DADT_ERR_MISMATCH;
+  m.attr("ERR_PRECONDITION") = DADT_ERR_PRECONDITION;
+  m.attr("ERR_ABORTED") = DADT_ERR_ABORTED;
+  m.attr("ERR_TIMEOUT") = DADT_ERR_TIMEOUT;
+  m.attr("ERR_UNIMPLEMENTED") = DADT_ERR_UNIMPLEMENTED;
+  m.attr("ERR_INTERNAL") = DADT_ERR_INTERNAL;
+  m.attr("OP_ALLREDUCE") = DADT_OP_ALLREDUCE;
+  m.attr("OP_ALLGATHER") = DADT_OP_ALLGATHER;
+  m.attr("OP_BROADCAST") = DADT_OP_BROADCAST;
+  m.attr("OP_ALLTOALL") = DADT_OP_ALLTOALL;
+  m.attr("OP_REDUCESCATTER") = DADT_OP_REDUCESCATTER;
+  m.attr("OP_BARRIER") = DADT_OP_BARRIER;
+  m.attr("OP_JOIN") = DADT_OP_JOIN;
+  m.attr("REDUCE_AVERAGE") = DADT_REDUCE_AVERAGE;
+  m.attr("REDUCE_SUM") = DADT_REDUCE_SUM;
+  m.attr("REDUCE_ADASUM") = DADT_REDUCE_ADASUM;
+  m.attr("REDUCE_MIN") = DADT_REDUCE_MIN;
+  m.attr("REDUCE_MAX") = DADT_REDUCE_MAX;
+  m.attr("REDUCE_PRODUCT") = DADT_REDUCE_PRODUCT;
+
+  m.def("init", &Init, py::arg("fusion_threshold_bytes") = -1, py::arg("cycle_time_ms") = -1.0,
+        py::arg("cache_capacity") = -1, py::arg("backend") = py::none(),
+        "Starts the runtime; negative/None fields come from the environment (idempotent).");
+  m.def("shutdown", &Shutdown, "Stops the runtime; pending handles fail with ERR_ABORTED.");
+  m.def("is_initialized", [] { return dadt_is_initialized() != 0; });
+  m.def("rank", &dadt_rank, "-1 when not initialized (as the other geometry calls).");
+  m.def("size", &dadt_size);
+  m.def("local_rank", &dadt_local_rank);
+  m.def("local_size", &dadt_local_size);
+  m.def("cross_rank", &dadt_cross_rank);
+  m.def("cross_size", &dadt_cross_size);
+  m.def("backend_name", &BackendName, "The data-plane backend in use, or None.");
+  m.def("built_backends", &BuiltBackends, "Names of the backends built in.");
+  m.def("enqueue", &Enqueue, py::arg("op_type"), py::arg("name"), py::arg("input") = py::none(),
+        py::arg("output") = py::none(), py::arg("reduce_op") = DADT_REDUCE_AVERAGE,
+        py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("root_rank") = 0,
+        py::arg("splits") = py::none(), py::arg("group_id") = -1, py::arg("group_size") = 0,
+        "Enqueues a collective on DLPack capsules (not consumed); returns its handle.");
+  m.def("poll", &Poll, py::arg("handle"), "True when the handle has completed.");
+  m.def("wait", &Wait, py::arg("handle"),
+        "Blocks (GIL released) until the handle completes; raises CoreError on failure.");
+  m.def("take_output", &TakeOutput, py::arg("handle"),
+        "The runtime-allocated output as a \"dltensor\" capsule (once), or None.");
+  m.def("int_result", &dadt_handle_int_result, py::arg("handle"),
+        "Integer result of a completed handle (join: the last rank that joined).");
+  m.def("received_splits", &ReceivedSplits, py::arg("handle"),
+        "alltoall: rows received from each rank.");
+  m.def("release", &dadt_release, py::arg("handle"), "Frees a handle.");
+}

@@ -1,0 +1,1 @@
+"""Framework-agnostic pieces shared by dadt's front ends (torch now; TensorFlow and JAX later)."""

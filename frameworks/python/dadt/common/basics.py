@@ -1,0 +1,263 @@
+"""Framework-agnostic runtime control: init, shutdown, job geometry and build facts.
+
+Every front end (``dadt.torch`` now, TensorFlow and JAX later) re-exports these. They sit directly
+on ``dadt._core`` and convert its errors into the exception types Horovod users expect.
+"""
+
+import atexit
+import os
+import warnings
+from typing import Any, Callable, List, Optional
+
+from dadt.common.exceptions import from_core_error
+from dadt.common.util import NOT_INITIALIZED
+
+try:
+    from dadt import _core
+except ImportError as e:  # pragma: no cover - depends on the build
+    raise ImportError(
+        "dadt._core is not built: run `bazel build //frameworks/bindings:_core.so` and link "
+        "bazel-bin/frameworks/bindings/_core.so to frameworks/python/dadt/_core.so "
+        "(or install dadt with pip): %s" % e) from e
+
+# Executors of the original DADT API that need a build this one is not.
+_EXECUTOR_HINTS = {
+    "mpi": "MPI executors need the MPI build",
+    "mpicuda": "CUDA-aware MPI needs the MPI and CUDA build",
+    "nccl": "NCCL executors need the NCCL build",
+}
+
+
+def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Calls a ``dadt._core`` function, raising dadt's exception types instead of CoreError."""
+    try:
+        return fn(*args, **kwargs)
+    except _core.CoreError as e:
+        raise from_core_error(e) from None
+
+
+def _pick_backend(broad_cast_executor: Optional[str], all_reduce_executor: Optional[str]):
+    built = _core.built_backends()
+    chosen = None
+    for arg, value in (("broad_cast_executor", broad_cast_executor),
+                       ("all_reduce_executor", all_reduce_executor)):
+        if value is None:
+            continue
+        executor = str(value).lower()
+        if executor not in built:
+            hint = _EXECUTOR_HINTS.get(executor, "unknown executor")
+            raise ValueError("%s=%r is not available (%s); this build of dadt has: %s"
+                             % (arg, value, hint, ", ".join(built) or "none"))
+        if chosen is not None and executor != chosen:
+            raise ValueError("dadt runs every collective on one executor; got "
+                             "broad_cast_executor=%r and all_reduce_executor=%r"
+                             % (broad_cast_executor, all_reduce_executor))
+        chosen = executor
+    return chosen
+
+
+def _fusion_threshold(all_reduce_buffer_size: Optional[int], group_buffer_size: Optional[int]):
+    sizes = [int(s) for s in (all_reduce_buffer_size, group_buffer_size) if s is not None]
+    for s in sizes:
+        if s < 0:
+            raise ValueError("buffer sizes must be >= 0 bytes, got %d" % s)
+    if len(set(sizes)) > 1:
+        warnings.warn("dadt fuses every collective under one threshold; using the larger of "
+                      "all_reduce_buffer_size=%d and group_buffer_size=%d" % tuple(sizes))
+    return max(sizes) if sizes else -1
+
+
+def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = None,
+         broad_cast_executor: Optional[str] = None, all_reduce_executor: Optional[str] = None,
+         all_reduce_buffer_size: Optional[int] = None, group_buffer_size: Optional[int] = None,
+         timeline_path: Optional[str] = None) -> None:
+    """A function that initializes dadt.
+
+    Reads the job's geometry from the launcher's environment (``dadtrun``); without a launcher
+    the process runs as rank 0 of 1. Calling it again while running is a no-op.
+
+    Args:
+      comm: Horovod's MPI communicator argument. Must be None: MPI communicators need the MPI
+          build.
+      process_sets: Horovod's process sets. Not supported yet; must be None.
+      cycle_duration_ms: Cycle time of the runtime's negotiation loop in milliseconds
+          (default: ``DADT_CYCLE_TIME`` or 1 ms).
+      broad_cast_executor: Backend for broadcasts: 'gloo' or None (the launcher's choice).
+      all_reduce_executor: Backend for reductions: 'gloo' or None.
+      all_reduce_buffer_size: Tensor fusion threshold in bytes (default:
+          ``DADT_FUSION_THRESHOLD`` or 128 MiB).
+      group_buffer_size: Same threshold, under its grouped-allreduce name; the larger wins.
+      timeline_path: File for the Chrome-trace timeline (sets ``DADT_TIMELINE``).
+    """
+    if comm is not None:
+        raise ValueError("init(comm=...) takes an MPI communicator, and MPI communicators need "
+                         "the MPI build of dadt; call init() without comm and launch with dadtrun")
+    if process_sets is not None:
+        raise NotImplementedError("process sets are not supported by dadt yet; "
+                                  "call init() without process_sets")
+    backend = _pick_backend(broad_cast_executor, all_reduce_executor)
+    fusion = _fusion_threshold(all_reduce_buffer_size, group_buffer_size)
+    cycle = -1.0 if cycle_duration_ms is None else float(cycle_duration_ms)
+    if cycle_duration_ms is not None and cycle < 0:
+        raise ValueError("cycle_duration_ms must be >= 0, got %r" % cycle_duration_ms)
+    if timeline_path is not None:
+        os.environ["DADT_TIMELINE"] = str(timeline_path)
+        warnings.warn("timeline_path=%r is recorded, but the timeline is not built into dadt yet"
+                      % str(timeline_path))
+    call(_core.init, fusion, cycle, -1, backend)
+
+
+def shutdown() -> None:
+    """A function that shuts dadt down. Pending collectives fail with DadtInternalError."""
+    call(_core.shutdown)
+
+
+def is_initialized() -> bool:
+    """Returns True if dadt is initialized."""
+    return _core.is_initialized()
+
+
+def _geometry(fn: Callable[[], int]) -> int:
+    value = fn()
+    if value < 0:
+        raise ValueError(NOT_INITIALIZED)
+    return value
+
+
+def rank() -> int:
+    """A function that returns the dadt rank of the calling process.
+
+    Returns:
+      An integer scalar with the dadt rank of the calling process.
+    """
+    return _geometry(_core.rank)
+
+
+def size() -> int:
+    """A function that returns the number of dadt processes.
+
+    Returns:
+      An integer scalar containing the number of dadt processes.
+    """
+    return _geometry(_core.size)
+
+
+def local_rank() -> int:
+    """A function that returns the local dadt rank of the calling process, within the node that
+    it is running on. For example, if there are seven processes running on a node, their local
+    ranks will be zero through six, inclusive.
+
+    Returns:
+      An integer scalar with the local dadt rank of the calling process.
+    """
+    return _geometry(_core.local_rank)
+
+
+def local_size() -> int:
+    """A function that returns the number of dadt processes within the node the current process
+    is running on.
+
+    Returns:
+      An integer scalar containing the number of local dadt processes.
+    """
+    return _geometry(_core.local_size)
+
+
+def cross_rank() -> int:
+    """A function that returns the cross dadt rank of the calling process, across the nodes in
+    the job. If the number of processes per node is the same on every node, it is the node's
+    index.
+
+    Returns:
+      An integer scalar with the cross dadt rank of the calling process.
+    """
+    return _geometry(_core.cross_rank)
+
+
+def cross_size() -> int:
+    """A function that returns the number of nodes for the local rank of the current dadt
+    process. For example, if there are 2 nodes in the job: one running 2 processes and one
+    running 1, then ranks 0 and 2 have cross size 2 and rank 1 has cross size 1.
+
+    Returns:
+      An integer scalar containing the number of cross dadt processes.
+    """
+    return _geometry(_core.cross_size)
+
+
+def backend_name() -> Optional[str]:
+    """Returns the data-plane backend in use ('gloo'), or None when not initialized."""
+    return _core.backend_name()
+
+
+def built_backends() -> List[str]:
+    """Returns the names of the backends built into this dadt."""
+    return _core.built_backends()
+
+
+def mpi_threads_supported() -> bool:
+    """A function that returns a flag indicating whether MPI multi-threading is supported.
+    dadt does not run on MPI in this build, so it is always False.
+
+    Returns:
+      A boolean value indicating whether MPI multi-threading is supported.
+    """
+    if not is_initialized():
+        raise ValueError(NOT_INITIALIZED)
+    return False
+
+
+def mpi_enabled() -> bool:
+    """Returns True if MPI is in use by the running job (never, in this build)."""
+    return backend_name() == "mpi"
+
+
+def mpi_built() -> bool:
+    """Returns True if dadt was built with MPI support."""
+    return "mpi" in built_backends()
+
+
+def gloo_enabled() -> bool:
+    """Returns True if Gloo is in use by the running job."""
+    return backend_name() == "gloo"
+
+
+def gloo_built() -> bool:
+    """Returns True if dadt was built with Gloo support."""
+    return "gloo" in built_backends()
+
+
+def nccl_built() -> bool:
+    """Returns True if dadt was built with NCCL support."""
+    return "nccl" in built_backends()
+
+
+def cuda_built() -> bool:
+    """Returns True if dadt was built with CUDA support (not in this build)."""
+    return False
+
+
+def rocm_built() -> bool:
+    """Returns True if dadt was built with ROCm support (not in this build)."""
+    return False
+
+
+def ddl_built() -> bool:
+    """Returns True if dadt was built with IBM DDL support (never)."""
+    return False
+
+
+def ccl_built() -> bool:
+    """Returns True if dadt was built with oneCCL support (never)."""
+    return False
+
+
+def _shutdown_at_exit() -> None:
+    if _core.is_initialized():
+        try:
+            _core.shutdown()
+        except Exception:  # noqa: BLE001 - the interpreter is going away; nothing to report to
+            pass
+
+
+atexit.register(_shutdown_at_exit)

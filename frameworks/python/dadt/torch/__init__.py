@@ -1,0 +1,51 @@
+"""dadt's PyTorch front end, with Horovod's public API.
+
+.. code-block:: python
+
+    import dadt.torch as hvd   # a Horovod script keeps working
+    hvd.init()
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+
+Tensors must be contiguous CPU tensors (CUDA tensors need the NCCL build).
+"""
+
+from dadt.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
+                                gloo_built, gloo_enabled, init, is_initialized, local_rank,
+                                local_size, mpi_built, mpi_enabled, mpi_threads_supported,
+                                nccl_built, rank, rocm_built, shutdown, size)
+from dadt.common.exceptions import DadtInternalError, HorovodInternalError, TensorMismatchError
+from dadt.torch.collectives import (allgather, allreduce, alltoall, broadcast, grouped_allreduce,
+                                    reducescatter)
+from dadt.torch.compression import Compression
+from dadt.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
+                                  broadcast_parameters)
+from dadt.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather_async,
+                                allreduce_, allreduce_async, allreduce_async_, alltoall_async,
+                                barrier, broadcast_, broadcast_async, broadcast_async_,
+                                grouped_allreduce_, grouped_allreduce_async,
+                                grouped_allreduce_async_, join, poll, reducescatter_async,
+                                synchronize)
+from dadt.torch.optimizer import DistributedOptimizer
+
+__all__ = [
+    # runtime control and build facts
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "mpi_threads_supported", "mpi_enabled", "mpi_built",
+    "gloo_enabled", "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
+    "ccl_built",
+    # exceptions
+    "DadtInternalError", "HorovodInternalError", "TensorMismatchError",
+    # reduce ops
+    "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    # collectives
+    "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",
+    "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_async",
+    "broadcast_", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "barrier", "join", "poll", "synchronize",
+    # training helpers
+    "Compression", "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
+    "broadcast_object", "allgather_object",
+]

@@ -1,0 +1,168 @@
+"""The handle table behind dadt's asynchronous torch collectives.
+
+Every ``*_async`` call enqueues a collective in the runtime and registers it here under an int
+handle; ``poll(handle)`` tests it and ``synchronize(handle)`` waits for it and returns its output.
+Tensors cross to the runtime as DLPack capsules (``tensor.__dlpack__()``, read but not consumed
+by ``dadt._core``); the table keeps the capsules and the tensors alive until the handle is
+synchronized, so the runtime never writes into freed memory.
+
+Names: every rank must submit the same collectives with the same names. When ``name`` is None a
+name ``'<op>.noname.<n>'`` is generated from a per-op counter, so ranks that call collectives in
+the same order (as Horovod requires) agree on it.
+"""
+
+import collections
+import itertools
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
+
+import torch
+
+from dadt.common.basics import _core, call
+from dadt.common.exceptions import DadtInternalError, from_core_error
+from dadt.common.util import NOT_INITIALIZED, Average
+
+_SUPPORTED_DTYPES = (torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
+                     torch.bfloat16, torch.float32, torch.float64, torch.bool)
+
+
+class Member(NamedTuple):
+    """One enqueued collective: the runtime's handle, its name, and what must outlive it."""
+    handle: int
+    name: str
+    keep: Tuple[Any, ...]  # capsules and tensors
+
+
+class _Pending(NamedTuple):
+    handles: List[int]     # the runtime's handles (one, or one per group member)
+    members: List[Member]
+    output: Any            # what synchronize() returns, unless `finish` computes it
+    finish: Optional[Callable[[List[int]], Any]]  # runs after a successful wait, before release
+
+
+# The torch layer's state: handle -> _Pending; the names of collectives not yet synchronized
+# (a name is refused until its handle is synchronized, however soon the runtime finished it);
+# the per-op counters that generate names.
+_handle_map: Dict[int, _Pending] = {}
+_names_in_flight: Set[str] = set()
+counters: Dict[str, Any] = collections.defaultdict(itertools.count)
+
+
+def auto_name(op: str, name: Optional[str]) -> str:
+    if name is None:
+        return "%s.noname.%d" % (op, next(counters[op]))
+    if not isinstance(name, str):
+        raise TypeError("name must be a str or None, got %s" % type(name).__name__)
+    return name
+
+
+def check_tensor(tensor: Any, name: str) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("tensor '%s' must be a torch.Tensor, got %s" % (name, type(tensor).__name__))
+    if tensor.device.type == "cuda":
+        raise ValueError("CUDA tensors need the NCCL build of dadt (tensor '%s' is on %s); "
+                         "move it to the CPU with .cpu()" % (name, tensor.device))
+    if tensor.device.type != "cpu":
+        raise ValueError("tensor '%s' is on %s; this build of dadt supports CPU tensors only"
+                         % (name, tensor.device))
+    if tensor.layout != torch.strided:
+        raise ValueError("tensor '%s' has layout %s; dadt collectives take dense tensors"
+                         % (name, tensor.layout))
+    if tensor.dtype not in _SUPPORTED_DTYPES:
+        raise ValueError("tensor '%s' has dtype %s, which dadt does not support; use one of %s"
+                         % (name, tensor.dtype, ", ".join(str(d) for d in _SUPPORTED_DTYPES)))
+    if not tensor.is_contiguous():
+        raise ValueError("tensor '%s' is not contiguous; call .contiguous() on it before passing "
+                         "it to dadt" % name)
+
+
+def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],
+            output: Optional[torch.Tensor] = None, reduce_op: int = Average,
+            prescale_factor: float = 1.0, postscale_factor: float = 1.0, root_rank: int = 0,
+            splits: Optional[List[int]] = None, group_id: int = -1,
+            group_size: int = 0) -> Member:
+    """Enqueues one collective in the runtime; pass the result to `register()`."""
+    if not _core.is_initialized():
+        raise ValueError(NOT_INITIALIZED)
+    if name in _names_in_flight:
+        raise ValueError("a collective named '%s' is already in flight on this rank; names must "
+                         "be unique among pending collectives (synchronize the first one, or "
+                         "pick another name)" % name)
+    # detach(): DLPack refuses tensors that require grad; the view shares the same memory.
+    in_capsule = None if tensor is None else tensor.detach().__dlpack__()
+    out_capsule = None
+    if output is tensor:
+        out_capsule = in_capsule
+    elif output is not None:
+        out_capsule = output.detach().__dlpack__()
+    handle = call(_core.enqueue, op_type, name, in_capsule, out_capsule, int(reduce_op),
+                  float(prescale_factor), float(postscale_factor), int(root_rank), splits,
+                  group_id, group_size)
+    _names_in_flight.add(name)
+    return Member(handle, name, (in_capsule, out_capsule, tensor, output))
+
+
+def register(members: List[Member], output: Any = None,
+             finish: Optional[Callable[[List[int]], Any]] = None) -> int:
+    """Enters enqueued collectives into the handle table under one handle, the first's."""
+    handles = [m.handle for m in members]
+    _handle_map[handles[0]] = _Pending(handles, members, output, finish)
+    return handles[0]
+
+
+def take_output(handle: int, like: torch.Tensor) -> torch.Tensor:
+    capsule = _core.take_output(handle)
+    if capsule is None:
+        raise DadtInternalError("the runtime returned no output for handle %d" % handle)
+    output = torch.from_dlpack(capsule)
+    if output.dtype != like.dtype:  # e.g. bool that crossed as uint8
+        same_size = output.element_size() == like.element_size()
+        output = output.view(like.dtype) if same_size else output.to(like.dtype)
+    return output
+
+
+def poll(handle: int) -> bool:
+    """Polls an allreduce, allgather, alltoall, broadcast or reducescatter handle to determine
+    whether the underlying asynchronous operation has completed. After `poll()` returns `True`,
+    `synchronize()` will return without blocking.
+
+    Arguments:
+        handle: A handle returned by an asynchronous collective.
+
+    Returns:
+        A flag indicating whether the operation has completed.
+    """
+    pending = _handle_map.get(handle)
+    if pending is None:
+        raise ValueError("unknown dadt handle %r (already synchronized?)" % (handle,))
+    return all(call(_core.poll, h) for h in pending.handles)
+
+
+def synchronize(handle: int):
+    """Synchronizes an asynchronous collective until it's completed. Returns the result of the
+    operation.
+
+    Arguments:
+        handle: A handle returned by an asynchronous collective.
+
+    Returns:
+        The output of the operation: a tensor (the input tensor itself for in-place operations),
+        a list of tensors for grouped allreduce, (output, received_splits) for alltoall.
+        None for an unknown handle.
+    """
+    pending = _handle_map.pop(handle, None)
+    if pending is None:
+        return None
+    error = None
+    for h in pending.handles:  # wait for every member, so none still writes into freed memory
+        try:
+            _core.wait(h)
+        except _core.CoreError as e:
+            error = error or e
+    try:
+        if error is not None:
+            raise from_core_error(error) from None
+        return pending.finish(pending.handles) if pending.finish else pending.output
+    finally:
+        for m in pending.members:
+            _core.release(m.handle)
+            _names_in_flight.discard(m.name)

@@ -1,0 +1,328 @@
+"""Asynchronous and in-place collectives on torch tensors (Horovod's mpi_ops API).
+
+Each ``*_async`` function returns an int handle at once; pass it to ``poll()`` or
+``synchronize()``. The synchronous, differentiable forms (``allreduce``, ``allgather``, ...) are in
+``dadt.torch.collectives``. Inputs must be contiguous CPU tensors of a supported dtype.
+"""
+
+import hashlib
+from typing import List, Optional
+
+import torch
+
+from dadt.common.basics import _core
+from dadt.common.util import (OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL, OP_BARRIER, OP_BROADCAST,
+                              OP_JOIN, OP_REDUCESCATTER, Adasum, Average, Max, Min, Product, Sum,
+                              handle_average_backwards_compatibility)
+from dadt.torch.handles import (auto_name, check_tensor, enqueue, register,
+                                take_output, poll, synchronize)
+
+__all__ = [
+    "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    "allreduce_async", "allreduce_async_", "allreduce_",
+    "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_allreduce_",
+    "allgather_async", "broadcast_async", "broadcast_async_", "broadcast_",
+    "alltoall_async", "reducescatter_async", "barrier", "join", "poll", "synchronize",
+]
+
+
+def _allreduce_async(tensor, in_place, name, op, prescale_factor, postscale_factor) -> int:
+    check_tensor(tensor, name)
+    output = tensor if in_place else torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    member = enqueue(OP_ALLREDUCE, name, tensor, output, op, prescale_factor, postscale_factor)
+    return register([member], output)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None,
+                    prescale_factor=1.0, postscale_factor=1.0) -> int:
+    """A function that performs asynchronous averaging or summation of the input tensor over all
+    the dadt processes. The input tensor is not modified.
+
+    The reduction operation is keyed by the name. If name is not provided, an incremented
+    auto-generated name is used. The tensor type and shape must be the same on all dadt
+    processes for a given name. The reduction will not start until all processes are ready to
+    send and receive the tensor.
+
+    Arguments:
+        tensor: A tensor to reduce.
+        average:
+            .. warning:: .. deprecated:: 0.19.0
+
+                Use `op` instead. Will be removed in v1.0.
+
+        name: A name of the reduction operation.
+        op: The reduction operation to combine tensors across different ranks. Defaults to
+            Average if None is given.
+        prescale_factor: Multiplicative factor to scale tensor before allreduce.
+        postscale_factor: Multiplicative factor to scale tensor after allreduce.
+
+    Returns:
+        A handle to the allreduce operation that can be used with `poll()` or `synchronize()`.
+    """
+    op = handle_average_backwards_compatibility(op, average)
+    name = auto_name("allreduce", name)
+    return _allreduce_async(tensor, False, name, op, prescale_factor, postscale_factor)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None,
+                     prescale_factor=1.0, postscale_factor=1.0) -> int:
+    """A function that performs asynchronous in-place averaging or summation of the input tensor
+    over all the dadt processes. Arguments are those of `allreduce_async()`.
+
+    Returns:
+        A handle to the allreduce operation that can be used with `poll()` or `synchronize()`.
+    """
+    op = handle_average_backwards_compatibility(op, average)
+    name = auto_name("allreduce", name)
+    return _allreduce_async(tensor, True, name, op, prescale_factor, postscale_factor)
+
+
+def allreduce_(tensor, average=None, name=None, op=None,
+               prescale_factor=1.0, postscale_factor=1.0) -> torch.Tensor:
+    """A function that performs in-place averaging or summation of the input tensor over all the
+    dadt processes. Arguments are those of `allreduce_async()`.
+
+    Returns:
+        A tensor of the same shape and type as `tensor`, averaged or summed across all processes.
+    """
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor))
+
+
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("grouped allreduce needs at least one tensor")
+    name = auto_name("grouped_allreduce", name)
+    names = ["%s.%d" % (name, i) for i in range(len(tensors))]
+    for tensor, member in zip(tensors, names):  # check all before enqueuing any member
+        check_tensor(tensor, member)
+    outputs = tensors if outputs is None else outputs(tensors)
+    # The id names the group on every rank alike, whatever order ranks submit groups in: a hash
+    # of the member names (unique among in-flight collectives by contract).
+    digest = hashlib.blake2b("\0".join(names).encode(), digest_size=8).digest()
+    group_id = int.from_bytes(digest, "little") & (2**63 - 1)
+    members = [enqueue(OP_ALLREDUCE, member, tensor, output, op, prescale_factor,
+                       postscale_factor, group_id=group_id, group_size=len(tensors))
+               for tensor, output, member in zip(tensors, outputs, names)]
+    return register(members, list(outputs))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None,
+                            prescale_factor=1.0, postscale_factor=1.0) -> int:
+    """A function that performs asynchronous averaging or summation of the input tensor list over
+    all the dadt processes. The input tensors are not modified. The members are reduced together
+    (as one fused collective) and are named ``'<name>.<i>'``.
+
+    Arguments:
+        tensors: A list of tensors to reduce.
+        average:
+            .. warning:: .. deprecated:: 0.19.0
+
+                Use `op` instead. Will be removed in v1.0.
+
+        name: A base name to use for the group reduction operation.
+        op: The reduction operation to combine tensors across different ranks. Defaults to
+            Average if None is given.
+        prescale_factor: Multiplicative factor to scale tensors before allreduce.
+        postscale_factor: Multiplicative factor to scale tensors after allreduce.
+
+    Returns:
+        A handle to the group allreduce operation that can be used with `poll()` or
+        `synchronize()`; `synchronize()` returns the list of reduced tensors.
+    """
+    op = handle_average_backwards_compatibility(op, average)
+
+    def outputs(ts):
+        return [torch.empty_like(t, memory_format=torch.contiguous_format) for t in ts]
+    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None,
+                             prescale_factor=1.0, postscale_factor=1.0) -> int:
+    """A function that performs asynchronous in-place averaging or summation of the input tensors
+    over all the dadt processes. Arguments are those of `grouped_allreduce_async()`.
+
+    Returns:
+        A handle to the group allreduce operation that can be used with `poll()` or
+        `synchronize()`.
+    """
+    op = handle_average_backwards_compatibility(op, average)
+    return _grouped_allreduce_async(tensors, None, name, op, prescale_factor, postscale_factor)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None,
+                       prescale_factor=1.0, postscale_factor=1.0) -> List[torch.Tensor]:
+    """A function that performs in-place averaging or summation of the input tensors over all
+    the dadt processes. Arguments are those of `grouped_allreduce_async()`.
+
+    Returns:
+        The list of input tensors, averaged or summed across all processes.
+    """
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor))
+
+
+def allgather_async(tensor, name=None) -> int:
+    """A function that asynchronously concatenates the input tensor with the same input tensor on
+    all other dadt processes. The input tensor is not modified.
+
+    The concatenation is done on the first dimension, so the input tensors on the different
+    processes must have the same rank and shape, except for the first dimension, which is allowed
+    to be different.
+
+    Arguments:
+        tensor: A tensor to allgather.
+        name: A name of the allgather operation.
+
+    Returns:
+        A handle to the allgather operation that can be used with `poll()` or `synchronize()`.
+    """
+    name = auto_name("allgather", name)
+    check_tensor(tensor, name)
+    member = enqueue(OP_ALLGATHER, name, tensor)
+    return register([member], finish=lambda hs: take_output(hs[0], tensor))
+
+
+def _broadcast_async(tensor, output, root_rank, name) -> int:
+    member = enqueue(OP_BROADCAST, name, tensor, output, root_rank=root_rank)
+    return register([member], output)
+
+
+def broadcast_async(tensor, root_rank, name=None) -> int:
+    """A function that asynchronously broadcasts the input tensor on root rank to the same input
+    tensor on all other dadt processes. The input tensor is not modified.
+
+    The broadcast operation is keyed by the name. If name is not provided, an incremented
+    auto-generated name is used. The tensor type and shape must be the same on all dadt
+    processes for a given name. The broadcast will not start until all processes are ready to
+    send and receive the tensor.
+
+    Arguments:
+        tensor: A tensor to broadcast.
+        root_rank: The rank to broadcast the value from.
+        name: A name of the broadcast operation.
+
+    Returns:
+        A handle to the broadcast operation that can be used with `poll()` or `synchronize()`.
+    """
+    name = auto_name("broadcast", name)
+    check_tensor(tensor, name)
+    output = tensor.detach().clone()
+    return _broadcast_async(output, output, root_rank, name)
+
+
+def broadcast_async_(tensor, root_rank, name=None) -> int:
+    """A function that asynchronously broadcasts the input tensor on root rank to the same input
+    tensor on all other dadt processes. The operation is performed in-place. Arguments are those
+    of `broadcast_async()`.
+
+    Returns:
+        A handle to the broadcast operation that can be used with `poll()` or `synchronize()`.
+    """
+    name = auto_name("broadcast", name)
+    check_tensor(tensor, name)
+    return _broadcast_async(tensor, tensor, root_rank, name)
+
+
+def broadcast_(tensor, root_rank, name=None) -> torch.Tensor:
+    """A function that broadcasts the input tensor on root rank to the same input tensor on all
+    other dadt processes. The operation is performed in-place.
+
+    Returns:
+        The input tensor, holding the value broadcast from root rank.
+    """
+    return synchronize(broadcast_async_(tensor, root_rank, name))
+
+
+def _splits_list(splits) -> Optional[List[int]]:
+    if splits is None:
+        return None
+    if isinstance(splits, torch.Tensor):
+        if splits.dim() != 1 or splits.dtype.is_floating_point:
+            raise ValueError("splits must be a 1-D integer tensor or a list of ints")
+        return [int(s) for s in splits.tolist()]
+    return [int(s) for s in splits]
+
+
+def alltoall_async(tensor, splits=None, name=None) -> int:
+    """A function that scatters slices of the input tensor to all other dadt processes and
+    returns a tensor of gathered slices from all other dadt processes. The input tensor is not
+    modified.
+
+    The slicing is done on the first dimension, so the input tensors on the different processes
+    must have the same rank and shape, except for the first dimension, which is allowed to be
+    different.
+
+    Arguments:
+        tensor: A tensor to distribute with alltoall.
+        splits: A tensor or list of integers, in rank order, describing how many elements in
+            `tensor` to send to each worker. Splitting is applied along the first dimension of
+            `tensor`. If `splits` is not provided, the first dimension is split equally by the
+            number of dadt processes.
+        name: A name of the alltoall operation.
+
+    Returns:
+        A handle to the alltoall operation that can be used with `poll()` or `synchronize()`;
+        `synchronize()` returns a tuple (output, received_splits).
+    """
+    name = auto_name("alltoall", name)
+    check_tensor(tensor, name)
+    member = enqueue(OP_ALLTOALL, name, tensor, splits=_splits_list(splits))
+
+    def finish(hs):
+        received = torch.tensor(_core.received_splits(hs[0]), dtype=torch.int32)
+        return take_output(hs[0], tensor), received
+    return register([member], finish=finish)
+
+
+def reducescatter_async(tensor, name=None, op=Average,
+                        prescale_factor=1.0, postscale_factor=1.0) -> int:
+    """A function that performs asynchronous reduction of the input tensor over all the dadt
+    processes, then scatters the results across all dadt processes. The input tensor is not
+    modified.
+
+    The reduction operation is keyed by the name. If name is not provided, an incremented
+    auto-generated name is used. The tensor type and shape must be the same on all dadt
+    processes for a given name. The first dimension is split across ranks (ranks with lower
+    numbers get one more row when it does not divide evenly).
+
+    Arguments:
+        tensor: A tensor to average/sum and scatter.
+        name: A name of the reduce_scatter operation.
+        op: The reduction operation to combine tensors across different ranks. Defaults to
+            Average.
+        prescale_factor: Multiplicative factor to scale tensor before reducescatter.
+        postscale_factor: Multiplicative factor to scale tensor after reducescatter.
+
+    Returns:
+        A handle to the reducescatter operation that can be used with `poll()` or
+        `synchronize()`.
+    """
+    name = auto_name("reducescatter", name)
+    check_tensor(tensor, name)
+    member = enqueue(OP_REDUCESCATTER, name, tensor, None, op, prescale_factor,
+                     postscale_factor)
+    return register([member], finish=lambda hs: take_output(hs[0], tensor))
+
+
+def barrier() -> None:
+    """A function that acts as a simple sychronization point for ranks specified in the given
+    process group. Returns once every rank has reached it."""
+    synchronize(register([enqueue(OP_BARRIER, auto_name("barrier", None), None)]))
+
+
+def join(device=-1) -> int:
+    """A function that indicates that the rank finished processing data.
+
+    All ranks that did not call join() continue to process allreduce operations. This function
+    blocks Python thread until all ranks join.
+
+    Arguments:
+        device: An id of the device to create temprorary zero tensors (default -1, CPU)
+
+    Returns:
+        Id of the rank that joined last.
+    """
+    member = enqueue(OP_JOIN, auto_name("join", None), None)
+    return synchronize(register([member], finish=lambda hs: int(_core.int_result(hs[0]))))

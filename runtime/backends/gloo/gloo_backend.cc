@@ -1,0 +1,260 @@
+#include "runtime/backends/gloo/gloo_backend.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <numeric>
+#include <string>
+
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "runtime/backends/gloo/gloo_error.h"
+#include "runtime/backends/gloo/store_adapter.h"
+#include "runtime/common/reduce.h"
+
+namespace dadt {
+namespace backends {
+namespace gloo {
+namespace {
+
+// Gloo's TCP pairs write with writev(2), not send(2) with MSG_NOSIGNAL, so writing to a connection
+// whose peer has died raises SIGPIPE, and its default action kills this process before Gloo can
+// report EPIPE: one dead rank would take every neighbour with it, silently (the peer-kill test
+// caught exactly that). A dead peer must become kAborted, so we ignore SIGPIPE -- but only where
+// nobody has installed a disposition of their own (Python, for one, already ignores it).
+void IgnoreSigpipeUnlessHandled() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, nullptr);
+  }
+}
+
+::gloo::transport::tcp::attr DeviceAttr(const BackendOptions& options) {
+  ::gloo::transport::tcp::attr attr;
+  if (!options.iface.empty()) {
+    attr.iface = options.iface;
+  } else if (options.local_size == options.size) {
+    attr.hostname = "127.0.0.1";  // every rank on this host: loopback, no name resolution
+  } else {
+    char name[256] = {0};
+    gethostname(name, sizeof(name) - 1);
+    attr.hostname = name;
+  }
+  return attr;
+}
+
+::gloo::AllreduceOptions::Func ReduceFunction(DataType dtype, ReduceOp op) {
+  if (dtype == DataType::kFloat32 && op == ReduceOp::kSum) {
+    // The very function raw Gloo users pass, so this path is raw Gloo's speed by construction.
+    return static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::sum<float>);
+  }
+  return [dtype, op](void* out, const void* a, const void* b, size_t n) {
+    ReduceBinary(out, a, b, static_cast<int64_t>(n), dtype, op);
+  };
+}
+
+// AllreduceOptions derives the element size from the pointer type.
+void SetAllreduceBuffer(::gloo::AllreduceOptions& opts, void* buf, int64_t count, size_t width) {
+  switch (width) {
+    case 1: return opts.setOutput(static_cast<uint8_t*>(buf), count);
+    case 2: return opts.setOutput(static_cast<uint16_t*>(buf), count);
+    case 4: return opts.setOutput(static_cast<uint32_t*>(buf), count);
+    default: return opts.setOutput(static_cast<uint64_t*>(buf), count);
+  }
+}
+
+[[maybe_unused]] const bool kRegistered = BackendRegistry::Register("gloo", &GlooBackend::Create);
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return InvalidArgument("gloo backend: bad rank " + std::to_string(options.rank) +
+                           " for size " + std::to_string(options.size));
+  }
+  if (options.timeout.count() <= 0) return InvalidArgument("gloo backend: timeout must be > 0");
+  if (options.size == 1) {
+    return std::unique_ptr<Backend>(new GlooBackend(options, nullptr));
+  }
+  if (options.store == nullptr) {
+    return InvalidArgument("gloo backend: size " + std::to_string(options.size) +
+                           " needs a rendezvous store");
+  }
+  IgnoreSigpipeUnlessHandled();
+  std::shared_ptr<::gloo::rendezvous::Context> context;
+  Status s = DADT_GLOO_STATUS("connect", {
+    auto attr = DeviceAttr(options);
+    auto device = ::gloo::transport::tcp::CreateDevice(attr);
+    context = std::make_shared<::gloo::rendezvous::Context>(options.rank, options.size);
+    context->setTimeout(options.timeout);
+    StoreAdapter store(options.store, options.store_prefix, options.timeout);
+    context->connectFullMesh(store, device);
+  });
+  if (!s.ok()) {
+    return Status(s.code(), s.message() + " [rank " + std::to_string(options.rank) + " of " +
+                                std::to_string(options.size) + ", store prefix '" +
+                                options.store_prefix + "']");
+  }
+  return std::unique_ptr<Backend>(new GlooBackend(options, std::move(context)));
+}
+
+GlooBackend::GlooBackend(const BackendOptions& options, std::shared_ptr<::gloo::Context> context)
+    : rank_(options.rank),
+      size_(options.size),
+      timeout_(options.timeout),
+      context_(std::move(context)) {}
+
+GlooBackend::~GlooBackend() = default;
+
+char* GlooBackend::NonNull(const void* p) {
+  static char empty[1];  // Gloo wants a pointer even for zero bytes; never dereferenced
+  return p ? static_cast<char*>(const_cast<void*>(p)) : empty;
+}
+
+Status GlooBackend::CheckReduce(int64_t count, DataType dtype, ReduceOp op) {
+  if (count < 0) return InvalidArgument("negative element count " + std::to_string(count));
+  if (!IsValidDataType(static_cast<int32_t>(dtype))) {
+    return InvalidArgument("unknown dtype " + std::to_string(static_cast<int>(dtype)));
+  }
+  if (op != ReduceOp::kSum && op != ReduceOp::kMin && op != ReduceOp::kMax &&
+      op != ReduceOp::kProduct) {
+    return Unimplemented(std::string("gloo backend does not reduce with op ") + ReduceOpName(op) +
+                         " (Average is Sum followed by a scale in the core)");
+  }
+  return Status::OK();
+}
+
+Status GlooBackend::CheckUsable() const {
+  if (broken_.ok()) return Status::OK();
+  return Aborted("gloo backend is unusable after an earlier failure: " + broken_.message());
+}
+
+Status GlooBackend::Finish(Status status) {
+  if (status.ok()) return status;
+  broken_ = Status(status.code(), status.message() + " [rank " + std::to_string(rank_) + " of " +
+                                      std::to_string(size_) + "]");
+  return broken_;
+}
+
+Status GlooBackend::CheckPerRank(const char* what, const std::vector<int64_t>& v) const {
+  if (static_cast<int>(v.size()) != size_) {
+    return InvalidArgument(std::string(what) + ": expected " + std::to_string(size_) +
+                           " per-rank entries, got " + std::to_string(v.size()));
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < 0) {
+      return InvalidArgument(std::string(what) + ": negative size " + std::to_string(v[i]) +
+                             " for rank " + std::to_string(i));
+    }
+  }
+  return Status::OK();
+}
+
+Status GlooBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  DADT_RETURN_IF_ERROR(CheckReduce(count, dtype, op));
+  if (count == 0 || size_ == 1) return Status::OK();
+  return Finish(DADT_GLOO_STATUS("allreduce", {
+    ::gloo::AllreduceOptions opts(context_);
+    opts.setTag(NextTag());
+    opts.setTimeout(timeout_);
+    SetAllreduceBuffer(opts, buf, count, DataTypeSize(dtype));
+    opts.setReduceFunction(ReduceFunction(dtype, op));
+    ::gloo::allreduce(opts);
+  }));
+}
+
+Status GlooBackend::Allgatherv(const void* in, void* out,
+                               const std::vector<int64_t>& bytes_per_rank) {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  DADT_RETURN_IF_ERROR(CheckPerRank("allgatherv", bytes_per_rank));
+  const int64_t offset =
+      std::accumulate(bytes_per_rank.begin(), bytes_per_rank.begin() + rank_, int64_t{0});
+  const int64_t total = std::accumulate(bytes_per_rank.begin(), bytes_per_rank.end(), int64_t{0});
+  const int64_t mine = bytes_per_rank[rank_];
+  char* dst = static_cast<char*>(out);
+  if (size_ == 1) {
+    if (mine > 0 && in != dst) std::memmove(dst, in, mine);
+    return Status::OK();
+  }
+  if (total == 0) return Status::OK();  // every rank sees the same sizes: a consistent skip
+  return Finish(DADT_GLOO_STATUS("allgatherv", {
+    ::gloo::AllgathervOptions opts(context_);
+    opts.setTag(NextTag());
+    opts.setTimeout(timeout_);
+    // Input already in place at our offset: let Gloo skip the copy.
+    if (in != dst + offset) opts.setInput(NonNull(in), mine);
+    opts.setOutput(dst, std::vector<size_t>(bytes_per_rank.begin(), bytes_per_rank.end()));
+    ::gloo::allgatherv(opts);
+  }));
+}
+
+Status GlooBackend::Broadcast(void* buf, int64_t bytes, int root) {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  if (root < 0 || root >= size_) {
+    return InvalidArgument("broadcast: root " + std::to_string(root) + " is not a rank of " +
+                           std::to_string(size_));
+  }
+  if (bytes < 0) return InvalidArgument("broadcast: negative size " + std::to_string(bytes));
+  if (bytes == 0 || size_ == 1) return Status::OK();
+  return Finish(DADT_GLOO_STATUS("broadcast", {
+    ::gloo::BroadcastOptions opts(context_);
+    opts.setTag(NextTag());
+    opts.setTimeout(timeout_);
+    opts.setRoot(root);
+    opts.setOutput(static_cast<char*>(buf), bytes);  // in place on every rank, root included
+    ::gloo::broadcast(opts);
+  }));
+}
+
+Status GlooBackend::Alltoallv(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                              const std::vector<int64_t>& recv_bytes) {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  DADT_RETURN_IF_ERROR(CheckPerRank("alltoallv send sizes", send_bytes));
+  DADT_RETURN_IF_ERROR(CheckPerRank("alltoallv receive sizes", recv_bytes));
+  if (send_bytes[rank_] != recv_bytes[rank_]) {
+    return InvalidArgument("alltoallv: rank " + std::to_string(rank_) + " sends itself " +
+                           std::to_string(send_bytes[rank_]) + " bytes but expects " +
+                           std::to_string(recv_bytes[rank_]));
+  }
+  if (size_ == 1) {
+    if (send_bytes[0] > 0 && in != out) std::memmove(out, in, send_bytes[0]);
+    return Status::OK();
+  }
+  // No local shortcut when this rank moves nothing: its peers still run the exchange, and the
+  // tags must advance in step on every rank.
+  return Finish(DADT_GLOO_STATUS("alltoallv", {
+    ::gloo::AlltoallvOptions opts(context_);
+    opts.setTag(NextTag());
+    opts.setTimeout(timeout_);
+    opts.setInput(NonNull(in), send_bytes);
+    opts.setOutput(NonNull(out), recv_bytes);
+    ::gloo::alltoallv(opts);
+  }));
+}
+
+Status GlooBackend::Barrier() {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  if (size_ == 1) return Status::OK();
+  return Finish(DADT_GLOO_STATUS("barrier", {
+    ::gloo::BarrierOptions opts(context_);
+    opts.setTag(NextTag());
+    opts.setTimeout(timeout_);
+    ::gloo::barrier(opts);
+  }));
+}
+
+}  // namespace gloo
+}  // namespace backends
+}  // namespace dadt

@@ -1,0 +1,86 @@
+// GlooBackend: dadt's CPU data plane over Gloo's TCP transport (registered as "gloo").
+//
+// Created through BackendRegistry::Create("gloo", options); nothing outside this folder includes
+// this header. Each collective maps onto one of Gloo's "new style" collectives:
+//
+//   Allreduce      Gloo's ring: reduce-scatter then allgather, pipelined in segments of at most
+//                  1 MiB with two in flight. Bandwidth-optimal (each rank sends 2(n-1)/n of the
+//                  buffer) at the cost of 2(n-1) latency steps, which is why small tensors are
+//                  fused by the core first. float32 Sum uses gloo::sum<float>, exactly what raw
+//                  Gloo uses; every other dtype/op reduces with dadt::ReduceBinary.
+//   Allgatherv     Gloo's ring allgatherv (n-1 steps, each rank forwards one block per step).
+//   Broadcast      Gloo's binomial tree from `root` (ceil(log2 n) steps, whole buffer per step).
+//   Alltoallv      Gloo's pairwise exchange: all n-1 sends and receives posted at once.
+//   Reducescatter  alltoallv of the chunks + a local reduction (see reducescatter.cc for why).
+//   Barrier        Gloo's dissemination barrier: ceil(log2 n) rounds of zero-byte messages.
+//
+// size == 1 needs no network: no device, no store traffic, and every collective is a local copy
+// or nothing, so a single-process job starts instantly.
+//
+// Threading: like every Backend, called from one thread (the core's loop thread); Gloo's device
+// runs its own I/O thread. Every collective gets a fresh tag so a late message from one
+// collective can never be matched by the next.
+//
+// Failure: Gloo throws; we convert at this edge (gloo_error.h) to kAborted (a peer died or a
+// connection broke, which Gloo's TCP pair notices at once), kTimeout (options.timeout passed) or
+// kInternal. After the first failure the backend is poisoned: Gloo's pairs and slots are in an
+// unknown state, so every later call returns kAborted immediately instead of touching the network.
+// One process-wide side effect: with size > 1, Create sets SIGPIPE to SIG_IGN if it is still at
+// its default, because Gloo's writes to a dead peer would otherwise kill this process.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "runtime/backends/backend.h"
+
+namespace gloo {
+class Context;
+}  // namespace gloo
+
+namespace dadt {
+namespace backends {
+namespace gloo {
+
+class GlooBackend final : public Backend {
+ public:
+  // Connects the full mesh (blocking until every rank has joined or options.timeout passes).
+  static StatusOr<std::unique_ptr<Backend>> Create(const BackendOptions& options);
+  ~GlooBackend() override;
+
+  const char* Name() const override { return "GLOO"; }
+  Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) override;
+  Status Allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) override;
+  Status Broadcast(void* buf, int64_t bytes, int root) override;
+  Status Alltoallv(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                   const std::vector<int64_t>& recv_bytes) override;
+  Status Reducescatter(const void* in, void* out, const std::vector<int64_t>& recv_counts,
+                       DataType dtype, ReduceOp op) override;
+  Status Barrier() override;
+
+ private:
+  GlooBackend(const BackendOptions& options, std::shared_ptr<::gloo::Context> context);
+
+  // The poison check every collective starts with.
+  Status CheckUsable() const;
+  // Records a failure (poisoning the backend) and adds this rank to the message.
+  Status Finish(Status status);
+  Status CheckPerRank(const char* what, const std::vector<int64_t>& v) const;
+  static Status CheckReduce(int64_t count, DataType dtype, ReduceOp op);
+  static char* NonNull(const void* p);
+  uint32_t NextTag() { return tag_++; }
+
+  const int rank_;
+  const int size_;
+  const std::chrono::milliseconds timeout_;
+  std::shared_ptr<::gloo::Context> context_;  // null when size_ == 1
+  uint32_t tag_ = 0;
+  Status broken_;
+  std::vector<char> scratch_;  // Reducescatter's receive area, reused between calls
+};
+
+}  // namespace gloo
+}  // namespace backends
+}  // namespace dadt

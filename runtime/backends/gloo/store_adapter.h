@@ -1,0 +1,56 @@
+// StoreAdapter: dadt's KeyValueStore seen as a gloo::rendezvous::Store.
+//
+// Gloo's connectFullMesh publishes each rank's listening addresses under a key and reads every
+// peer's. This adapter routes those calls to the job's KeyValueStore (dadtrun's rendezvous server,
+// or an in-memory map), with every key prefixed by BackendOptions::store_prefix so that several
+// backends or several jobs can share one store.
+//
+//   StoreAdapter store(options.store, options.store_prefix, options.timeout);
+//   context->connectFullMesh(store, device);
+//
+// Values are hex-encoded: Gloo's addresses are raw sockaddr bytes (with NULs), and the store's
+// wire protocol is not required to be binary-safe. A few hundred bytes per rank, once per job.
+// get() blocks until the key exists or the timeout passes; failures are thrown as StoreError
+// (see gloo_error.h) because Gloo's Store interface has no other way to report them.
+//
+// Thread safety: as safe as the underlying KeyValueStore (which must allow concurrent calls).
+// Lifetime: used only while the backend connects; it does not own the KeyValueStore.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <gloo/rendezvous/store.h>
+
+#include "runtime/common/kv_store.h"
+
+namespace dadt {
+namespace backends {
+namespace gloo {
+
+class StoreAdapter : public ::gloo::rendezvous::Store {
+ public:
+  StoreAdapter(KeyValueStore* store, std::string prefix, std::chrono::milliseconds timeout);
+
+  void set(const std::string& key, const std::vector<char>& data) override;
+  std::vector<char> get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
+
+  // Exposed for tests.
+  static std::string HexEncode(const std::vector<char>& data);
+  static bool HexDecode(const std::string& text, std::vector<char>* out);
+
+ private:
+  std::string FullKey(const std::string& key) const { return prefix_ + key; }
+
+  KeyValueStore* store_;
+  const std::string prefix_;
+  const std::chrono::milliseconds timeout_;
+};
+
+}  // namespace gloo
+}  // namespace backends
+}  // namespace dadt
