@@ -1,0 +1,100 @@
+# dadt developer entry points. The two that matter:
+#   make demo   install everything, then train a small model on 2 ranks:  dadtrun --gloo -np 2 ...
+#   make test   install everything, then run every test tier; exits non-zero if any tier fails
+# Building blocks: make deps | build | install | test-cc | test-python | test-integration | bench | clean
+
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+.NOTPARALLEL:
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip --no-input
+# Where `pip install .` puts dadtrun (<prefix>/bin, the console-scripts directory). Put it first on
+# PATH so that every target below runs the freshly installed launcher (pyenv shims included).
+SCRIPTS_DIR := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("scripts"))' 2>/dev/null)
+export PATH := $(SCRIPTS_DIR):$(PATH)
+export DEBIAN_FRONTEND := noninteractive
+export PIP_NO_INPUT := 1
+export PYTHON
+# Debian's own python3 is "externally managed" (PEP 668); installing into it as root is intended here.
+ifeq ($(shell $(PYTHON) -c 'import os, sysconfig; print(int(os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))))' 2>/dev/null),1)
+export PIP_BREAK_SYSTEM_PACKAGES := 1
+endif
+
+NP ?= 2
+BENCH_ARGS ?=
+# Wall-clock limits (seconds): per launch of the Python suite, and for the integration tier.
+export DADT_TEST_TIMEOUT ?= 600
+INTEGRATION_TIMEOUT ?= 1800
+PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
+
+.PHONY: help deps build install demo test test-cc test-python test-integration bench clean
+
+help:
+	@echo "make demo    install deps + dadt, then: dadtrun --gloo -np $(NP) $(PYTHON) examples/pytorch/train_digits.py"
+	@echo "make test    install deps + dadt, then every test tier (C++ gtest, Python under dadtrun, integration)"
+	@echo "make deps | build | install | test-cc | test-python | test-integration | bench | clean"
+
+deps:
+	bash tools/install_deps.sh
+
+# The two shipped targets, with the same Bazel flags that `pip install .` uses (tools/bazel_build.py).
+build:
+	$(PYTHON) tools/bazel_build.py build
+
+# `build` first, so Bazel's progress shows here; pip's own Bazel run is then a cache hit.
+install: build
+	$(PIP) install --no-build-isolation .
+	@command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+	@cd / && $(PYTHON) -c 'import dadt, dadt._core; print("installed: dadt", dadt.__file__)'
+	@command -v dadtrun >/dev/null || { echo "error: dadtrun is not on PATH after install" >&2; exit 1; }
+	@echo "installed: dadtrun $$(command -v dadtrun)"
+
+demo: deps install
+	dadtrun --gloo -np $(NP) $(PYTHON) examples/pytorch/train_digits.py
+
+# Every tier runs even when an earlier one fails; the summary says which failed.
+test: deps install
+	@log=$$(mktemp); failed=0; summary=""; \
+	for tier in test-cc test-python test-integration; do \
+	    $(MAKE) --no-print-directory $$tier 2>&1 | tee $$log; rc=$${PIPESTATUS[0]}; \
+	    if [ $$rc -ne 0 ]; then verdict="FAILED (exit $$rc)"; failed=$$((failed + 1)); \
+	    elif grep -q '^SKIP tier' $$log; then verdict="skipped: $$(grep -m1 '^SKIP tier' $$log | sed 's/^SKIP tier [0-9]*: //')"; \
+	    else verdict="passed"; fi; \
+	    summary="$$summary$$(printf '  %-18s %s' $$tier "$$verdict")"$$'\n'; \
+	done; rm -f $$log; \
+	echo; echo "==================== make test: summary ===================="; printf '%s' "$$summary"; \
+	if [ $$failed -ne 0 ]; then echo "make test: FAILED ($$failed tier(s) failed)"; exit 1; fi; \
+	echo "make test: OK"
+
+test-cc:
+	@echo "==================== [tier 1] C++ unit tests: bazel test //test/... ===================="
+	@if [ -z "$$(find test -name BUILD -o -name BUILD.bazel 2>/dev/null | head -n 1)" ]; then \
+	    echo "SKIP tier 1: no Bazel packages under test/ yet"; exit 0; fi; \
+	$(PYTHON) tools/bazel_build.py test --keep_going --build_tests_only \
+	    --test_tag_filters=-benchmark,-manual -- //test/...; rc=$$?; \
+	if [ $$rc -eq 4 ]; then echo "SKIP tier 1: no test targets under //test/..."; exit 0; fi; \
+	exit $$rc
+
+test-python:
+	@bash tools/run_python_tests.sh 1 2 3 4
+
+test-integration:
+	@echo "==================== [tier 3] Integration tests: pytest test/integration ===================="
+	@if [ ! -d test/integration ]; then echo "SKIP tier 3: test/integration/ does not exist yet"; exit 0; fi; \
+	if [ -z "$$(find test/integration -name 'test_*.py' -o -name '*_test.py' | head -n 1)" ]; then \
+	    echo "SKIP tier 3: no test files in test/integration/ yet"; exit 0; fi; \
+	timeout -k 30 $(INTEGRATION_TIMEOUT) $(PYTEST) test/integration </dev/null; rc=$$?; \
+	if [ $$rc -eq 124 ] || [ $$rc -eq 137 ]; then echo "[tier 3] timed out after $(INTEGRATION_TIMEOUT)s"; fi; \
+	exit $$rc
+
+bench: deps install
+	@if [ ! -f examples/benchmarks/allreduce_bench.py ]; then \
+	    echo "SKIP bench: examples/benchmarks/allreduce_bench.py does not exist yet"; exit 0; fi; \
+	echo "+ dadtrun --gloo -np $(NP) $(PYTHON) examples/benchmarks/allreduce_bench.py $(BENCH_ARGS)"; \
+	dadtrun --gloo -np $(NP) $(PYTHON) examples/benchmarks/allreduce_bench.py $(BENCH_ARGS)
+
+# Python build leftovers only; Bazel's cache is left alone.
+clean:
+	rm -rf build dist frameworks/python/dadt.egg-info frameworks/python/*.egg-info

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Installs what dadt needs to build and test on Debian 12, and only what is missing (idempotent):
+#   * Debian packages, checked one by one with `dpkg -s`; `apt-get update` runs only when one is missing;
+#   * Python packages from requirements-test.txt (torch pinned to 2.13.0, the CPU build) plus the build
+#     tools (setuptools, wheel), for the interpreter in $PYTHON (default python3).
+# Runs as root; otherwise through sudo. Non-interactive (CI has no stdin).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+
+APT_PACKAGES=(
+    bazel-bootstrap g++ make
+    libgloo-dev libcli11-dev nlohmann-json3-dev pybind11-dev libgtest-dev libdlpack-dev libeigen3-dev
+    libopenmpi-dev openmpi-bin
+    openssh-client openssh-server iproute2 procps
+)
+
+log() { echo "[install_deps] $*"; }
+# Up to 3 tries, for a mirror or index that fails once.
+retry() {
+    local i
+    for i in 1 2 3; do
+        "$@" && return 0
+        [ "$i" -lt 3 ] && { log "failed (try $i of 3), retrying in 10 s: $*"; sleep 10; }
+    done
+    return 1
+}
+
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=()
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo -n)   # -n: fail instead of prompting when there is no terminal
+else
+    echo "[install_deps] error: not root and sudo is not installed" >&2
+    exit 1
+fi
+
+# ---- Debian packages --------------------------------------------------------------------------
+is_installed() { dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed$'; }
+
+# A Debian-provided interpreter needs its headers (python3-dev) and pip from Debian too.
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    APT_PACKAGES+=(python3 python3-dev python3-pip python3-venv)
+else
+    case "$("$PYTHON" -c 'import sys; print(sys.executable)')" in
+        /usr/bin/*)
+            "$PYTHON" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+                || APT_PACKAGES+=(python3-dev)
+            "$PYTHON" -m pip --version >/dev/null 2>&1 || APT_PACKAGES+=(python3-pip)
+            ;;
+    esac
+fi
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    is_installed "$pkg" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    log "apt: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    retry "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    retry "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
+else
+    log "apt: all ${#APT_PACKAGES[@]} packages present"
+fi
+
+# ---- Python packages ----------------------------------------------------------------------------
+PIP=("$PYTHON" -m pip --no-input)
+# Debian's own python3 is marked externally managed (PEP 668); CI installs into it as root on purpose.
+if "$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))' 2>/dev/null; then
+    export PIP_BREAK_SYSTEM_PACKAGES=1
+fi
+if [ "$(id -u)" -ne 0 ] && [ ! -w "$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" ]; then
+    PIP=("${SUDO[@]}" "${PIP[@]}")
+fi
+
+# Requirements not yet satisfied by what is installed (no network needed when all are present).
+unsatisfied="$("$PYTHON" - "$ROOT/requirements-test.txt" <<'EOF'
+import sys
+from importlib import metadata
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+
+reqs = ["setuptools>=64", "wheel"]
+with open(sys.argv[1]) as f:
+    reqs += [l.split("#", 1)[0].strip() for l in f if l.split("#", 1)[0].strip()]
+for line in reqs:
+    req = Requirement(line)
+    try:
+        have = metadata.version(req.name)
+    except metadata.PackageNotFoundError:
+        print(line)
+        continue
+    # ==2.13.0 accepts the local build 2.13.0+cpu (PEP 440).
+    if req.specifier and not req.specifier.contains(have, prereleases=True):
+        print(line)
+EOF
+)"
+pip_missing=()
+[ -z "$unsatisfied" ] || mapfile -t pip_missing <<<"$unsatisfied"
+if [ "${#pip_missing[@]}" -gt 0 ]; then
+    log "pip: installing ${pip_missing[*]}"
+    retry "${PIP[@]}" install "${pip_missing[@]}"
+else
+    log "pip: all requirements present"
+fi
+
+# Fail here, not halfway through a build, if torch is not the pinned one.
+"$PYTHON" -c 'import torch, sys; v = torch.__version__.split("+")[0]; sys.exit(0 if v == "2.13.0" else "torch %s installed, 2.13.0 required" % v)'
+log "done"

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Tier 2: the Python suite (test/python) under the real launcher, against the *installed* dadt.
+#
+#   tools/run_python_tests.sh            # -np 1, 2, 3, 4, then -np 2 with fusion off
+#   tools/run_python_tests.sh 2 4        # only these rank counts (plus the fusion-off run)
+#
+# Each launch is:  timeout ... dadtrun --gloo -np N python3 -m pytest -q -p no:cacheprovider test/python
+# Environment:
+#   PYTHON                 interpreter (default python3; dadt must be installed into it: make install)
+#   DADTRUN                launcher (default: the dadtrun installed beside $PYTHON, else PATH)
+#   DADT_TEST_TIMEOUT      wall-clock seconds per launch (default 900); TERM on expiry, KILL 30 s later
+#   DADT_TEST_NO_FUSION_RUN=1   skip the extra -np 2 --fusion-threshold-mb 0 run
+#   PYTEST_ADDOPTS         extra pytest options, passed through to every rank
+# Exits 0 when every launch passed (or the tier is skipped because test/python has no tests yet).
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PYTHON="${PYTHON:-python3}"
+if [ -z "${DADTRUN:-}" ]; then
+    # The launcher that `pip install .` put next to this interpreter's scripts, else the one on PATH.
+    scripts="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_path("scripts"))' 2>/dev/null || true)"
+    if [ -n "$scripts" ] && [ -x "$scripts/dadtrun" ]; then DADTRUN="$scripts/dadtrun"; else DADTRUN=dadtrun; fi
+fi
+LIMIT="${DADT_TEST_TIMEOUT:-900}"
+TEST_DIR="test/python"
+RANKS=("$@")
+[ "${#RANKS[@]}" -gt 0 ] || RANKS=(1 2 3 4)
+
+echo "==================== [tier 2] Python tests under dadtrun (${TEST_DIR}) ===================="
+
+if [ ! -d "$TEST_DIR" ]; then
+    echo "SKIP tier 2: ${TEST_DIR}/ does not exist yet"
+    exit 0
+fi
+if [ -z "$(find "$TEST_DIR" -name 'test_*.py' -o -name '*_test.py' | head -n 1)" ]; then
+    echo "SKIP tier 2: no test_*.py or *_test.py files in ${TEST_DIR}/ yet"
+    exit 0
+fi
+
+if ! command -v "$DADTRUN" >/dev/null 2>&1; then
+    echo "FAIL tier 2: launcher '$DADTRUN' not found on PATH (run: make install)" >&2
+    exit 1
+fi
+# The suite must exercise the installed package, not the source tree.
+if ! where="$("$PYTHON" -c 'import dadt, dadt._core, os; print(os.path.dirname(os.path.realpath(dadt.__file__)))')"; then
+    echo "FAIL tier 2: 'import dadt._core' fails for $PYTHON (run: make install)" >&2
+    exit 1
+fi
+case "$where" in
+    "$ROOT"/*) echo "FAIL tier 2: dadt is imported from the source tree ($where), not the installed package" >&2
+               exit 1 ;;
+esac
+echo "launcher: $(command -v "$DADTRUN")   package: $where   timeout per launch: ${LIMIT}s"
+
+declare -a names=() results=()
+run_launch() {  # name, then dadtrun arguments before the program
+    local name="$1"; shift
+    local cmd=("$DADTRUN" --gloo "$@" "$PYTHON" -m pytest -q -p no:cacheprovider "$TEST_DIR")
+    echo
+    echo "---------- [tier 2] ${name}: ${cmd[*]} ----------"
+    local start=$SECONDS rc
+    timeout -k 30 "$LIMIT" "${cmd[@]}" </dev/null
+    rc=$?
+    local verdict="ok"
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        verdict="FAILED (timed out after ${LIMIT}s)"
+    elif [ "$rc" -ne 0 ]; then
+        verdict="FAILED (exit $rc)"
+    fi
+    echo "---------- [tier 2] ${name}: ${verdict} in $((SECONDS - start))s ----------"
+    names+=("$name"); results+=("$verdict")
+}
+
+for n in "${RANKS[@]}"; do
+    run_launch "-np $n" -np "$n"
+done
+if [ "${DADT_TEST_NO_FUSION_RUN:-0}" != 1 ]; then
+    run_launch "-np 2, fusion off" -np 2 --fusion-threshold-mb 0
+fi
+
+echo
+echo "[tier 2] summary:"
+failed=0
+for i in "${!names[@]}"; do
+    printf '  %-22s %s\n' "${names[$i]}" "${results[$i]}"
+    [ "${results[$i]}" = ok ] || failed=$((failed + 1))
+done
+echo "[tier 2] launches: $(( ${#names[@]} - failed )) passed, ${failed} failed"
+[ "$failed" -eq 0 ]
