@@ -332,9 +332,10 @@ Status ScaleBuffer(void* buf, int64_t n, DataType dtype, double factor) {
       break;
     }
     case DataType::kBool:
-      return InvalidArgument("ScaleBuffer: cannot scale a bool tensor (Average of bool is undefined)");
+      return InvalidArgument("ScaleBuffer: cannot scale a bool tensor (no Average of bool)");
     default:
-      return InvalidArgument("ScaleBuffer: unknown dtype " + std::to_string(static_cast<int>(dtype)));
+      return InvalidArgument("ScaleBuffer: unknown dtype " +
+                             std::to_string(static_cast<int>(dtype)));
   }
   return Status::OK();
 }

@@ -17,13 +17,19 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "runtime/backends/gloo/gloo_error.h"
+#include "runtime/backends/gloo/peer_watchdog.h"
 #include "runtime/backends/gloo/store_adapter.h"
+#include "runtime/backends/gloo/tracked_transport.h"
 #include "runtime/common/reduce.h"
 
 namespace dadt {
 namespace backends {
 namespace gloo {
 namespace {
+
+// How often a running collective checks its peers (see peer_watchdog.h): the longest a dead peer
+// can go unnoticed, against ten cheap probes a second while collectives run.
+constexpr std::chrono::milliseconds kPeerProbeInterval(100);
 
 // Gloo's TCP pairs write with writev(2), not send(2) with MSG_NOSIGNAL, so writing to a connection
 // whose peer has died raises SIGPIPE, and its default action kills this process before Gloo can
@@ -85,7 +91,7 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
   }
   if (options.timeout.count() <= 0) return InvalidArgument("gloo backend: timeout must be > 0");
   if (options.size == 1) {
-    return std::unique_ptr<Backend>(new GlooBackend(options, nullptr));
+    return std::unique_ptr<Backend>(new GlooBackend(options, nullptr, nullptr));
   }
   if (options.store == nullptr) {
     return InvalidArgument("gloo backend: size " + std::to_string(options.size) +
@@ -93,9 +99,9 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
   }
   IgnoreSigpipeUnlessHandled();
   std::shared_ptr<::gloo::rendezvous::Context> context;
+  auto registry = std::make_shared<internal::BufferRegistry>();
   Status s = DADT_GLOO_STATUS("connect", {
-    auto attr = DeviceAttr(options);
-    auto device = ::gloo::transport::tcp::CreateDevice(attr);
+    auto device = internal::CreateTrackedDevice(DeviceAttr(options), registry);
     context = std::make_shared<::gloo::rendezvous::Context>(options.rank, options.size);
     context->setTimeout(options.timeout);
     StoreAdapter store(options.store, options.store_prefix, options.timeout);
@@ -106,14 +112,21 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
                                 std::to_string(options.size) + ", store prefix '" +
                                 options.store_prefix + "']");
   }
-  return std::unique_ptr<Backend>(new GlooBackend(options, std::move(context)));
+  return std::unique_ptr<Backend>(
+      new GlooBackend(options, std::move(context), std::move(registry)));
 }
 
-GlooBackend::GlooBackend(const BackendOptions& options, std::shared_ptr<::gloo::Context> context)
+GlooBackend::GlooBackend(const BackendOptions& options, std::shared_ptr<::gloo::Context> context,
+                         std::shared_ptr<internal::BufferRegistry> registry)
     : rank_(options.rank),
       size_(options.size),
       timeout_(options.timeout),
-      context_(std::move(context)) {}
+      context_(std::move(context)) {
+  if (context_) {
+    watchdog_ = std::make_unique<internal::PeerWatchdog>(context_, std::move(registry),
+                                                         kPeerProbeInterval);
+  }
+}
 
 GlooBackend::~GlooBackend() = default;
 
@@ -144,6 +157,8 @@ Status GlooBackend::Finish(Status status) {
   if (status.ok()) return status;
   broken_ = Status(status.code(), status.message() + " [rank " + std::to_string(rank_) + " of " +
                                       std::to_string(size_) + "]");
+  // Peers may be blocked on this rank; a reset connection tells them at once. Best effort.
+  (void)DADT_GLOO_STATUS("close", context_->closeConnections());
   return broken_;
 }
 
@@ -166,6 +181,7 @@ Status GlooBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp
   DADT_RETURN_IF_ERROR(CheckReduce(count, dtype, op));
   if (count == 0 || size_ == 1) return Status::OK();
   return Finish(DADT_GLOO_STATUS("allreduce", {
+    internal::PeerWatchdog::Scope watch(watchdog_.get());
     ::gloo::AllreduceOptions opts(context_);
     opts.setTag(NextTag());
     opts.setTimeout(timeout_);
@@ -190,6 +206,7 @@ Status GlooBackend::Allgatherv(const void* in, void* out,
   }
   if (total == 0) return Status::OK();  // every rank sees the same sizes: a consistent skip
   return Finish(DADT_GLOO_STATUS("allgatherv", {
+    internal::PeerWatchdog::Scope watch(watchdog_.get());
     ::gloo::AllgathervOptions opts(context_);
     opts.setTag(NextTag());
     opts.setTimeout(timeout_);
@@ -209,6 +226,7 @@ Status GlooBackend::Broadcast(void* buf, int64_t bytes, int root) {
   if (bytes < 0) return InvalidArgument("broadcast: negative size " + std::to_string(bytes));
   if (bytes == 0 || size_ == 1) return Status::OK();
   return Finish(DADT_GLOO_STATUS("broadcast", {
+    internal::PeerWatchdog::Scope watch(watchdog_.get());
     ::gloo::BroadcastOptions opts(context_);
     opts.setTag(NextTag());
     opts.setTimeout(timeout_);
@@ -235,6 +253,7 @@ Status GlooBackend::Alltoallv(const void* in, const std::vector<int64_t>& send_b
   // No local shortcut when this rank moves nothing: its peers still run the exchange, and the
   // tags must advance in step on every rank.
   return Finish(DADT_GLOO_STATUS("alltoallv", {
+    internal::PeerWatchdog::Scope watch(watchdog_.get());
     ::gloo::AlltoallvOptions opts(context_);
     opts.setTag(NextTag());
     opts.setTimeout(timeout_);
@@ -248,6 +267,7 @@ Status GlooBackend::Barrier() {
   DADT_RETURN_IF_ERROR(CheckUsable());
   if (size_ == 1) return Status::OK();
   return Finish(DADT_GLOO_STATUS("barrier", {
+    internal::PeerWatchdog::Scope watch(watchdog_.get());
     ::gloo::BarrierOptions opts(context_);
     opts.setTag(NextTag());
     opts.setTimeout(timeout_);

@@ -18,13 +18,16 @@
 // or nothing, so a single-process job starts instantly.
 //
 // Threading: like every Backend, called from one thread (the core's loop thread); Gloo's device
-// runs its own I/O thread. Every collective gets a fresh tag so a late message from one
-// collective can never be matched by the next.
+// runs its own I/O thread and the PeerWatchdog one more (asleep unless collectives are running).
+// Every collective gets a fresh tag so a late message from one collective can never be matched
+// by the next.
 //
 // Failure: Gloo throws; we convert at this edge (gloo_error.h) to kAborted (a peer died or a
-// connection broke, which Gloo's TCP pair notices at once), kTimeout (options.timeout passed) or
-// kInternal. After the first failure the backend is poisoned: Gloo's pairs and slots are in an
-// unknown state, so every later call returns kAborted immediately instead of touching the network.
+// connection broke), kTimeout (options.timeout passed) or kInternal. Gloo's TCP pair notices a
+// dead peer at once but can leave a wait on an in-flight transfer sleeping until the timeout;
+// the PeerWatchdog (peer_watchdog.h) closes that gap, so a dead peer ends the collective within
+// about 100 ms. After the first failure the backend is poisoned: it closes all its connections
+// (peers blocked on this rank fail fast too) and every later call returns kAborted at once.
 // One process-wide side effect: with size > 1, Create sets SIGPIPE to SIG_IGN if it is still at
 // its default, because Gloo's writes to a dead peer would otherwise kill this process.
 #pragma once
@@ -43,6 +46,10 @@ class Context;
 namespace dadt {
 namespace backends {
 namespace gloo {
+namespace internal {
+class BufferRegistry;
+class PeerWatchdog;
+}  // namespace internal
 
 class GlooBackend final : public Backend {
  public:
@@ -61,11 +68,13 @@ class GlooBackend final : public Backend {
   Status Barrier() override;
 
  private:
-  GlooBackend(const BackendOptions& options, std::shared_ptr<::gloo::Context> context);
+  GlooBackend(const BackendOptions& options, std::shared_ptr<::gloo::Context> context,
+              std::shared_ptr<internal::BufferRegistry> registry);
 
   // The poison check every collective starts with.
   Status CheckUsable() const;
-  // Records a failure (poisoning the backend) and adds this rank to the message.
+  // Records a failure (poisoning the backend and closing every connection, so that peers blocked
+  // on this rank fail fast too) and adds this rank to the message.
   Status Finish(Status status);
   Status CheckPerRank(const char* what, const std::vector<int64_t>& v) const;
   static Status CheckReduce(int64_t count, DataType dtype, ReduceOp op);
@@ -76,6 +85,7 @@ class GlooBackend final : public Backend {
   const int size_;
   const std::chrono::milliseconds timeout_;
   std::shared_ptr<::gloo::Context> context_;  // null when size_ == 1
+  std::unique_ptr<internal::PeerWatchdog> watchdog_;  // null when size_ == 1; dies before context_
   uint32_t tag_ = 0;
   Status broken_;
   std::vector<char> scratch_;  // Reducescatter's receive area, reused between calls

@@ -22,6 +22,7 @@
 
 #include "runtime/backends/gloo/gloo_backend.h"
 #include "runtime/backends/gloo/gloo_error.h"
+#include "runtime/backends/gloo/peer_watchdog.h"
 #include "runtime/common/reduce.h"
 
 namespace dadt {
@@ -50,6 +51,7 @@ Status GlooBackend::Reducescatter(const void* in, void* out,
     scratch_.resize(size_ * chunk_bytes);
   }
   DADT_RETURN_IF_ERROR(Finish(DADT_GLOO_STATUS("reducescatter", {
+    internal::PeerWatchdog::Scope watch(watchdog_.get());
     ::gloo::AlltoallvOptions opts(context_);
     opts.setTag(NextTag());
     opts.setTimeout(timeout_);

@@ -1,0 +1,297 @@
+// Backend conformance suite: written once against the Backend interface, instantiated per backend
+// and world size (as TensorPipe's TransportTest is per transport). Ranks are threads; each thread
+// creates its own Backend through BackendRegistry (see rank_threads.h).
+//
+// Expected values come from expected_values.h: exact in every dtype, independent of the reduction
+// order, and folded in double by the test itself, never with the kernels under test.
+//
+// To cover a new backend, add it to the INSTANTIATE_TEST_SUITE_P list at the bottom.
+#include <atomic>
+#include <chrono>
+#include <numeric>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/backends/backend.h"
+#include "test/runtime/backends/expected_values.h"
+#include "test/runtime/backends/rank_threads.h"
+
+namespace dadt {
+namespace backends {
+namespace {
+
+using testutil::Buffer;
+using testutil::Byte;
+using testutil::Describe;
+using testutil::EvenSplit;
+using testutil::Expected;
+using testutil::Get;
+using testutil::Input;
+using testutil::Put;
+using testutil::RunRanks;
+
+constexpr DataType kAllTypes[] = {DataType::kUint8,   DataType::kInt8,     DataType::kInt32,
+                                  DataType::kInt64,   DataType::kFloat16,  DataType::kBfloat16,
+                                  DataType::kFloat32, DataType::kFloat64,  DataType::kBool};
+constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+
+struct Param {
+  std::string backend;
+  int size;
+};
+
+void PrintTo(const Param& p, std::ostream* os) { *os << p.backend << " x" << p.size; }
+
+class BackendConformanceTest : public ::testing::TestWithParam<Param> {
+ protected:
+  const std::string& backend() const { return GetParam().backend; }
+  int size() const { return GetParam().size; }
+  void Run(const testutil::RankBody& body) { RunRanks(backend(), size(), body); }
+};
+
+TEST_P(BackendConformanceTest, NameIsUpperCase) {
+  Run([](int, Backend& b) {
+    const std::string name = b.Name();
+    EXPECT_FALSE(name.empty());
+    for (char c : name) EXPECT_TRUE(c >= 'A' && c <= 'Z') << name;
+  });
+}
+
+TEST_P(BackendConformanceTest, AllreduceEveryDtypeOpAndCount) {
+  const int n = size();
+  Run([n](int rank, Backend& b) {
+    for (DataType dtype : kAllTypes) {
+      for (ReduceOp op : kAllOps) {
+        for (int64_t count : {0, 1, 7, 1000}) {
+          std::vector<char> buf = Buffer(count, dtype);
+          for (int64_t i = 0; i < count; ++i) Put(buf.data(), i, dtype, Input(rank, i, dtype, op));
+          EXPECT_OK(b.Allreduce(buf.data(), count, dtype, op));
+          int bad = 0;
+          for (int64_t i = 0; i < count && bad < 3; ++i) {
+            const double got = Get(buf.data(), i, dtype), want = Expected(n, i, dtype, op);
+            if (got != want) {
+              ++bad;
+              ADD_FAILURE() << "rank " << rank << " " << Describe(dtype, op, count) << " [" << i
+                            << "]: got " << got << " want " << want;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(BackendConformanceTest, AllreduceLargeFloat32) {
+  const int n = size();
+  const int64_t count = 1 << 20;  // several pipeline segments per rank
+  Run([n, count](int rank, Backend& b) {
+    for (ReduceOp op : kAllOps) {
+      std::vector<float> buf(count);
+      for (int64_t i = 0; i < count; ++i) {
+        buf[i] = static_cast<float>(Input(rank, i, DataType::kFloat32, op));
+      }
+      EXPECT_OK(b.Allreduce(buf.data(), count, DataType::kFloat32, op));
+      int64_t bad = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        bad += buf[i] != static_cast<float>(Expected(n, i, DataType::kFloat32, op));
+      }
+      EXPECT_EQ(bad, 0) << "rank " << rank << " " << ReduceOpName(op);
+    }
+  });
+}
+
+TEST_P(BackendConformanceTest, AllgathervUnevenAndEmptyContributions) {
+  const int n = size();
+  std::vector<std::vector<int64_t>> patterns;
+  patterns.push_back(std::vector<int64_t>(n, 0));  // nobody sends anything
+  std::vector<int64_t> uneven(n), first_empty(n), only_last(n, 0), large(n);
+  for (int r = 0; r < n; ++r) {
+    uneven[r] = (r * 37 + 5) % 11;
+    first_empty[r] = r == 0 ? 0 : r * 3 + 1;
+    large[r] = 100000 + r * 1001;
+  }
+  only_last[n - 1] = 17;
+  for (const auto& p : {uneven, first_empty, only_last, large}) patterns.push_back(p);
+
+  Run([&patterns](int rank, Backend& b) {
+    for (const auto& bytes : patterns) {
+      const int64_t total = std::accumulate(bytes.begin(), bytes.end(), int64_t{0});
+      const int64_t offset = std::accumulate(bytes.begin(), bytes.begin() + rank, int64_t{0});
+      for (bool in_place : {false, true}) {
+        std::vector<char> out(total + 1, 0x5a), in(bytes[rank] + 1);
+        char* src = in_place ? out.data() + offset : in.data();
+        for (int64_t k = 0; k < bytes[rank]; ++k) src[k] = Byte(rank, 0, k);
+        EXPECT_OK(b.Allgatherv(src, out.data(), bytes));
+        int64_t pos = 0, bad = 0;
+        for (size_t r = 0; r < bytes.size(); ++r) {
+          for (int64_t k = 0; k < bytes[r]; ++k) bad += out[pos++] != Byte(r, 0, k);
+        }
+        EXPECT_EQ(bad, 0) << "rank " << rank << " total " << total << " in_place " << in_place;
+      }
+    }
+  });
+}
+
+TEST_P(BackendConformanceTest, BroadcastFromEveryRoot) {
+  const int n = size();
+  Run([n](int rank, Backend& b) {
+    for (int root = 0; root < n; ++root) {
+      for (int64_t bytes : {0, 1, 4097, 300000}) {
+        std::vector<char> buf(bytes + 1);
+        for (int64_t k = 0; k < bytes; ++k) buf[k] = rank == root ? Byte(root, 1, k) : 0;
+        EXPECT_OK(b.Broadcast(buf.data(), bytes, root));
+        int64_t bad = 0;
+        for (int64_t k = 0; k < bytes; ++k) bad += buf[k] != Byte(root, 1, k);
+        EXPECT_EQ(bad, 0) << "rank " << rank << " root " << root << " bytes " << bytes;
+      }
+    }
+  });
+}
+
+TEST_P(BackendConformanceTest, AlltoallvUnevenSplits) {
+  const int n = size();
+  // bytes[s][d]: what rank s sends rank d. Some pairs send nothing; one pattern is empty.
+  using Matrix = std::vector<std::vector<int64_t>>;
+  std::vector<Matrix> patterns;
+  Matrix uneven(n, std::vector<int64_t>(n)), large(n, std::vector<int64_t>(n));
+  for (int s = 0; s < n; ++s) {
+    for (int d = 0; d < n; ++d) {
+      uneven[s][d] = (s * 3 + d * 5 + 1) % 7 * 13;
+      large[s][d] = 50000 + 977 * s + 101 * d;
+    }
+  }
+  patterns = {Matrix(n, std::vector<int64_t>(n, 0)), uneven, large};
+
+  Run([n, &patterns](int rank, Backend& b) {
+    for (const Matrix& m : patterns) {
+      std::vector<int64_t> send(n), recv(n);
+      for (int j = 0; j < n; ++j) {
+        send[j] = m[rank][j];
+        recv[j] = m[j][rank];
+      }
+      std::vector<char> in(std::accumulate(send.begin(), send.end(), int64_t{0}) + 1);
+      std::vector<char> out(std::accumulate(recv.begin(), recv.end(), int64_t{0}) + 1, 0x5a);
+      int64_t pos = 0;
+      for (int j = 0; j < n; ++j) {
+        for (int64_t k = 0; k < send[j]; ++k) in[pos++] = Byte(rank, j, k);
+      }
+      EXPECT_OK(b.Alltoallv(in.data(), send, out.data(), recv));
+      int64_t bad = 0;
+      pos = 0;
+      for (int j = 0; j < n; ++j) {
+        for (int64_t k = 0; k < recv[j]; ++k) bad += out[pos++] != Byte(j, rank, k);
+      }
+      EXPECT_EQ(bad, 0) << "rank " << rank;
+    }
+  });
+}
+
+TEST_P(BackendConformanceTest, ReducescatterEveryDtypeOpAndUnevenCounts) {
+  const int n = size();
+  std::vector<std::vector<int64_t>> splits;
+  for (int64_t total : {0, 1, 7, 1000}) splits.push_back(EvenSplit(total, n));
+  std::vector<int64_t> lopsided(n);
+  for (int r = 0; r < n; ++r) lopsided[r] = r % 2 == 0 ? 3 * r + 2 : 0;  // zeros in between
+  splits.push_back(lopsided);
+
+  Run([n, &splits](int rank, Backend& b) {
+    for (DataType dtype : kAllTypes) {
+      for (ReduceOp op : kAllOps) {
+        for (const auto& counts : splits) {
+          const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+          const int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
+          std::vector<char> in = Buffer(total, dtype), out = Buffer(counts[rank], dtype);
+          for (int64_t i = 0; i < total; ++i) Put(in.data(), i, dtype, Input(rank, i, dtype, op));
+          EXPECT_OK(b.Reducescatter(in.data(), out.data(), counts, dtype, op));
+          for (int64_t i = 0; i < counts[rank]; ++i) {
+            const double got = Get(out.data(), i, dtype);
+            const double want = Expected(n, offset + i, dtype, op);
+            if (got != want) {
+              ADD_FAILURE() << "rank " << rank << " " << Describe(dtype, op, total) << " [" << i
+                            << "]: got " << got << " want " << want;
+              break;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(BackendConformanceTest, BarrierHoldsEveryRankUntilAllArrive) {
+  const int n = size();
+  std::atomic<int> arrived{0};
+  Run([n, &arrived](int rank, Backend& b) {
+    for (int round = 0; round < 5; ++round) {
+      // The last rank is late, so the others really have to wait for it.
+      if (rank == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      arrived.fetch_add(1);
+      EXPECT_OK(b.Barrier());
+      const int seen = arrived.load();
+      EXPECT_GE(seen, n * (round + 1)) << "rank " << rank << " left barrier " << round << " early";
+      EXPECT_LT(seen, n * (round + 2));
+    }
+  });
+}
+
+// Different collectives back to back, as the core issues them: each must match up with the same
+// call on the other ranks, never with a neighbour.
+TEST_P(BackendConformanceTest, MixedSequence) {
+  const int n = size();
+  Run([n](int rank, Backend& b) {
+    for (int iter = 0; iter < 20; ++iter) {
+      int32_t x[3] = {rank, iter, 1};
+      EXPECT_OK(b.Allreduce(x, 3, DataType::kInt32, ReduceOp::kSum));
+      EXPECT_EQ(x[0], n * (n - 1) / 2);
+      EXPECT_EQ(x[1], n * iter);
+      EXPECT_EQ(x[2], n);
+      int64_t v = rank == iter % n ? iter : -1;
+      EXPECT_OK(b.Broadcast(&v, sizeof(v), iter % n));
+      EXPECT_EQ(v, iter);
+      std::vector<int64_t> bytes(n, 1);
+      std::vector<char> out(n);
+      const char mine = static_cast<char>(rank + iter);
+      EXPECT_OK(b.Allgatherv(&mine, out.data(), bytes));
+      for (int r = 0; r < n; ++r) EXPECT_EQ(out[r], static_cast<char>(r + iter));
+      if (iter % 5 == 0) EXPECT_OK(b.Barrier());
+    }
+  });
+}
+
+TEST_P(BackendConformanceTest, BadArgumentsAreRefusedLocallyAndLeaveBackendUsable) {
+  const int n = size();
+  Run([n](int rank, Backend& b) {
+    char buf[8] = {0};
+    std::vector<int64_t> wrong_length(n + 1, 0);
+    EXPECT_EQ(b.Allgatherv(buf, buf, wrong_length).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(b.Alltoallv(buf, wrong_length, buf, wrong_length).code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(b.Reducescatter(buf, buf, wrong_length, DataType::kInt8, ReduceOp::kSum).code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(b.Broadcast(buf, 1, n).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(b.Broadcast(buf, 1, -1).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(b.Allreduce(buf, -1, DataType::kInt8, ReduceOp::kSum).code(),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(b.Allreduce(buf, 1, DataType::kInt8, ReduceOp::kAdasum).code(),
+              StatusCode::kUnimplemented);
+    float f = 1;
+    EXPECT_OK(b.Allreduce(&f, 1, DataType::kFloat32, ReduceOp::kSum));
+    EXPECT_EQ(f, static_cast<float>(n));
+  });
+}
+
+std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
+  return info.param.backend + "_" + std::to_string(info.param.size) + "ranks";
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, BackendConformanceTest,
+                         ::testing::Values(Param{"gloo", 1}, Param{"gloo", 2}, Param{"gloo", 3},
+                                           Param{"gloo", 4}),
+                         ParamName);
+
+}  // namespace
+}  // namespace backends
+}  // namespace dadt

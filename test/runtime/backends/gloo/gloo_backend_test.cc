@@ -1,0 +1,225 @@
+// Gloo-specific behaviour the conformance suite cannot express: registration, the size-1 fast
+// path, rendezvous through the StoreAdapter, the exception -> Status edge, interface selection,
+// and failures -- a peer killed mid-collective (a real forked process, as Gloo's MultiProcTest
+// does), a peer that closes its connections, and a peer that stalls until the timeout.
+#include <netdb.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/backends/backend.h"
+#include "runtime/backends/gloo/gloo_error.h"
+#include "runtime/backends/gloo/store_adapter.h"
+#include "test/runtime/backends/in_memory_kv_store.h"
+#include "test/runtime/backends/rank_threads.h"
+
+namespace dadt {
+namespace backends {
+namespace gloo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using testutil::InMemoryKeyValueStore;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+BackendOptions Options(int rank, int size, KeyValueStore* store, milliseconds timeout) {
+  BackendOptions o;
+  o.rank = o.local_rank = rank;
+  o.size = o.local_size = size;
+  o.store = store;
+  o.store_prefix = testutil::UniqueStorePrefix();
+  o.timeout = timeout;
+  return o;
+}
+
+TEST(GlooBackendTest, RegisteredAsGloo) {
+  const auto names = BackendRegistry::Names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "gloo"), names.end());
+}
+
+TEST(GlooBackendTest, SingleRankNeedsNoStoreOrNetwork) {
+  const auto start = Clock::now();
+  auto created = BackendRegistry::Create("gloo", Options(0, 1, nullptr, milliseconds(1000)));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  Backend& b = **created;
+  EXPECT_STREQ(b.Name(), "GLOO");
+  float x[2] = {1.5f, -2};
+  EXPECT_TRUE(b.Allreduce(x, 2, DataType::kFloat32, ReduceOp::kMin).ok());
+  EXPECT_EQ(x[0], 1.5f);
+  int32_t in[3] = {1, 2, 3}, out[3] = {0, 0, 0};
+  EXPECT_TRUE(b.Reducescatter(in, out, {3}, DataType::kInt32, ReduceOp::kSum).ok());
+  EXPECT_EQ(out[2], 3);
+  char c = 'x', d = 0;
+  EXPECT_TRUE(b.Alltoallv(&c, {1}, &d, {1}).ok());
+  EXPECT_EQ(d, 'x');
+  EXPECT_TRUE(b.Barrier().ok());
+  EXPECT_LT(SecondsSince(start), 0.1);
+}
+
+TEST(GlooBackendTest, BadOptionsAreInvalidArgument) {
+  auto no_store = BackendRegistry::Create("gloo", Options(0, 2, nullptr, milliseconds(100)));
+  EXPECT_EQ(no_store.status().code(), StatusCode::kInvalidArgument);
+  InMemoryKeyValueStore store;
+  auto bad_rank = BackendRegistry::Create("gloo", Options(2, 2, &store, milliseconds(100)));
+  EXPECT_EQ(bad_rank.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(GlooBackendTest, MissingPeerTimesOutNamingTheKey) {
+  InMemoryKeyValueStore store;
+  const auto start = Clock::now();
+  auto created = BackendRegistry::Create("gloo", Options(0, 2, &store, milliseconds(300)));
+  ASSERT_FALSE(created.ok());
+  EXPECT_EQ(created.status().code(), StatusCode::kTimeout) << created.status().ToString();
+  EXPECT_NE(created.status().message().find("test/"), std::string::npos);  // the prefixed key
+  EXPECT_NE(created.status().message().find("connect"), std::string::npos);
+  EXPECT_LT(SecondsSince(start), 5);
+}
+
+TEST(GlooBackendTest, StoreAdapterPrefixesHexEncodesAndBlocks) {
+  InMemoryKeyValueStore store;
+  StoreAdapter a(&store, "p/", milliseconds(5000));
+  const std::vector<char> value = {'\0', 'a', '\xff', '\n'};
+  std::thread writer([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    a.set("k", value);
+  });
+  EXPECT_EQ(a.get("k"), value);  // blocked until the writer set it
+  writer.join();
+  EXPECT_EQ(*store.Get("p/k", milliseconds(0)), "0061ff0a");
+
+  StoreAdapter impatient(&store, "p/", milliseconds(50));
+  try {
+    impatient.wait({"k", "never"});
+    ADD_FAILURE() << "wait() should have thrown";
+  } catch (const StoreError& e) {
+    EXPECT_EQ(e.status().code(), StatusCode::kTimeout);
+    EXPECT_NE(e.status().message().find("p/never"), std::string::npos);
+  }
+  std::vector<char> decoded;
+  EXPECT_FALSE(StoreAdapter::HexDecode("abc", &decoded));
+  EXPECT_FALSE(StoreAdapter::HexDecode("zz", &decoded));
+}
+
+Status Throw(const std::exception_ptr& e) {
+  return DADT_GLOO_STATUS("allreduce", std::rethrow_exception(e));
+}
+
+TEST(GlooBackendTest, ExceptionsBecomeStatusWithCollectiveAndFileLine) {
+  const struct { std::exception_ptr e; StatusCode code; } kCases[] = {
+      {std::make_exception_ptr(::gloo::IoException("Connection closed by peer")),
+       StatusCode::kAborted},
+      {std::make_exception_ptr(::gloo::IoException("Timed out waiting 10ms for recv")),
+       StatusCode::kTimeout},
+      {std::make_exception_ptr(::gloo::EnforceNotMet("f.cc", 1, "x", "bad")),
+       StatusCode::kInternal},
+      {std::make_exception_ptr(StoreError(TimeoutError("key 'k'"))), StatusCode::kTimeout},
+      {std::make_exception_ptr(std::runtime_error("boom")), StatusCode::kInternal},
+  };
+  for (const auto& c : kCases) {
+    const Status s = Throw(c.e);
+    EXPECT_EQ(s.code(), c.code) << s.ToString();
+    EXPECT_NE(s.message().find("gloo allreduce failed at"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("gloo_backend_test.cc:"), std::string::npos) << s.ToString();
+  }
+  EXPECT_TRUE(DADT_GLOO_STATUS("barrier", (void)0).ok());
+}
+
+// Two ranks as threads with the given device options.
+void AllreduceWithDevice(const std::string& iface, int local_size) {
+  InMemoryKeyValueStore store;
+  const std::string prefix = testutil::UniqueStorePrefix();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      BackendOptions o = Options(r, 2, &store, milliseconds(10000));
+      o.store_prefix = prefix;
+      o.iface = iface;
+      o.local_size = local_size;
+      o.local_rank = 0;
+      auto b = BackendRegistry::Create("gloo", o);
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
+      int64_t v = r + 1;
+      EXPECT_TRUE((*b)->Allreduce(&v, 1, DataType::kInt64, ReduceOp::kMax).ok());
+      EXPECT_EQ(v, 2);
+      EXPECT_TRUE((*b)->Barrier().ok());  // keep both alive until both are done
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(GlooBackendTest, BindsToNamedInterface) { AllreduceWithDevice("lo", 2); }
+
+TEST(GlooBackendTest, MultiHostModeBindsToHostname) {
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  addrinfo* info = nullptr;
+  if (getaddrinfo(name, nullptr, nullptr, &info) != 0) {
+    GTEST_SKIP() << "hostname '" << name << "' does not resolve here";
+  }
+  freeaddrinfo(info);
+  AllreduceWithDevice("", 1);  // local_size 1 < size 2: as if on two hosts
+}
+
+// Two ranks as threads; `rank1` decides how rank 1 misbehaves while rank 0 runs allreduces.
+Status RunAgainstFaultyPeer(milliseconds timeout,
+                            const std::function<void(std::unique_ptr<Backend>)>& rank1,
+                            double* seconds_in_failing_call) {
+  InMemoryKeyValueStore store;
+  BackendOptions o0 = Options(0, 2, &store, timeout), o1 = o0;
+  o1.rank = o1.local_rank = 1;
+  std::thread t([&] {
+    auto b = BackendRegistry::Create("gloo", o1);
+    if (b.ok()) rank1(std::move(*b));
+  });
+  auto b0 = BackendRegistry::Create("gloo", o0);
+  Status result = b0.status();
+  std::vector<float> buf(1 << 20, 1.0f);
+  for (int i = 0; result.ok() && i < 1000; ++i) {
+    const auto start = Clock::now();
+    result = (*b0)->Allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    *seconds_in_failing_call = SecondsSince(start);
+  }
+  t.join();
+  if (!result.ok() && b0.ok()) {
+    // Poisoned: the next call fails at once without touching the network.
+    const Status again = (*b0)->Barrier();
+    EXPECT_EQ(again.code(), StatusCode::kAborted);
+    EXPECT_NE(again.message().find("unusable"), std::string::npos);
+  }
+  return result;
+}
+
+TEST(GlooBackendFailureTest, PeerClosingItsConnectionsAbortsQuickly) {
+  double seconds = 0;
+  const Status s = RunAgainstFaultyPeer(milliseconds(60000), [](std::unique_ptr<Backend> b) {
+    std::this_thread::sleep_for(milliseconds(200));
+    b.reset();  // closes its sockets while rank 0 waits in allreduce
+  }, &seconds);
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+  EXPECT_NE(s.message().find("allreduce"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("rank 0 of 2"), std::string::npos) << s.ToString();
+  EXPECT_LT(seconds, 5);  // far below the 60 s timeout
+}
+
+TEST(GlooBackendFailureTest, StalledPeerTimesOut) {
+  double seconds = 0;
+  const Status s = RunAgainstFaultyPeer(milliseconds(500), [](std::unique_ptr<Backend> b) {
+    std::this_thread::sleep_for(milliseconds(1500));  // alive but never joins the collective
+  }, &seconds);
+  EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
+  EXPECT_LT(seconds, 1.4);
+}
+
+}  // namespace
+}  // namespace gloo
+}  // namespace backends
+}  // namespace dadt
