@@ -340,6 +340,38 @@ Status ScaleBuffer(void* buf, int64_t n, DataType dtype, double factor) {
   return Status::OK();
 }
 
+namespace {
+
+template <typename T>
+void DivideExact(void* buf, int64_t n, T divisor) {
+  T* p = static_cast<T*>(buf);
+  for (int64_t i = 0; i < n; ++i) p[i] /= divisor;
+}
+
+template <typename Codec>
+void DivideHalf(void* buf, int64_t n, float divisor) {
+  ApplyHalf<Codec>(buf, buf, buf, n, [divisor](float x, float) { return x / divisor; });
+}
+
+}  // namespace
+
+Status DivideBuffer(void* buf, int64_t n, DataType dtype, int64_t divisor) {
+  if (n < 0 || divisor <= 0) return InvalidArgument("DivideBuffer: bad count or divisor");
+  switch (dtype) {
+    case DataType::kUint8: DivideExact<uint8_t>(buf, n, static_cast<uint8_t>(divisor)); break;
+    case DataType::kInt8: DivideExact<int8_t>(buf, n, static_cast<int8_t>(divisor)); break;
+    case DataType::kInt32: DivideExact<int32_t>(buf, n, static_cast<int32_t>(divisor)); break;
+    case DataType::kInt64: DivideExact<int64_t>(buf, n, divisor); break;
+    case DataType::kFloat16: DivideHalf<Fp16Codec>(buf, n, static_cast<float>(divisor)); break;
+    case DataType::kBfloat16: DivideHalf<Bf16Codec>(buf, n, static_cast<float>(divisor)); break;
+    case DataType::kFloat32: DivideExact<float>(buf, n, static_cast<float>(divisor)); break;
+    case DataType::kFloat64: DivideExact<double>(buf, n, static_cast<double>(divisor)); break;
+    case DataType::kBool:
+      return InvalidArgument("DivideBuffer: cannot average a bool tensor");
+  }
+  return Status::OK();
+}
+
 float HalfToFloat(uint16_t h) { return HalfToFloatImpl(h); }
 uint16_t FloatToHalf(float f) { return FloatToHalfImpl(f); }
 float Bfloat16ToFloat(uint16_t b) { return Bfloat16ToFloatImpl(b); }

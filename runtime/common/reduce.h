@@ -20,6 +20,10 @@ void ReduceBinary(void* out, const void* a, const void* b, int64_t n, DataType d
 // buf[i] *= factor. Integer types round toward zero; bool is refused (InvalidArgument).
 Status ScaleBuffer(void* buf, int64_t n, DataType dtype, double factor);
 
+// buf[i] /= divisor: Average's last step. Division, not a multiply by 1/divisor, so that results
+// equal a plain mean (5/3, not 5*(1/3)); integers divide exactly, truncating toward zero.
+Status DivideBuffer(void* buf, int64_t n, DataType dtype, int64_t divisor);
+
 // Half-precision conversions (exposed for tests and the fp16 compressor).
 float HalfToFloat(uint16_t h);
 uint16_t FloatToHalf(float f);

@@ -22,13 +22,16 @@ Shape WithFirstDim(const Shape& shape, int64_t first) {
 
 ReduceOp BackendOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
-double PostFactor(const Response& r, int size) {
-  return r.postscale * (r.reduce_op == ReduceOp::kAverage ? 1.0 / size : 1.0);
-}
-
 Status Scale(void* buf, int64_t n, DataType dtype, double factor) {
   if (factor == 1.0 || n == 0) return Status::OK();
   return ScaleBuffer(buf, n, dtype, factor);
+}
+
+// Postscale, then Average's division by the number of ranks.
+Status PostProcess(const Response& r, int size, void* buf, int64_t n) {
+  DADT_RETURN_IF_ERROR(Scale(buf, n, r.dtype, r.postscale));
+  if (r.reduce_op != ReduceOp::kAverage || size == 1 || n == 0) return Status::OK();
+  return DivideBuffer(buf, n, r.dtype, size);
 }
 
 }  // namespace
@@ -118,7 +121,7 @@ Status Executor::Allreduce(const Response& r, EntryMap& entries) {
   }
   Status s = Scale(buf, total, r.dtype, r.prescale);
   if (s.ok() && total > 0) s = backend_->Allreduce(buf, total, r.dtype, BackendOp(r.reduce_op));
-  if (s.ok()) s = Scale(buf, total, r.dtype, PostFactor(r, size_));
+  if (s.ok()) s = PostProcess(r, size_, buf, total);
   if (s.ok() && fused) {
     int64_t off = 0;
     for (size_t i = 0; i < mine.size(); ++i) {
@@ -198,7 +201,7 @@ Status Executor::Reducescatter(const Response& r, TensorEntry& e) {
   const int64_t my_rows = d0 / size_ + (rank_ < d0 % size_ ? 1 : 0);
   auto out = HostBuffer::Allocate(r.dtype, WithFirstDim(shape, my_rows));
   DADT_RETURN_IF_ERROR(backend_->Reducescatter(in, out->data.get(), counts, r.dtype, BackendOp(r.reduce_op)));
-  DADT_RETURN_IF_ERROR(Scale(out->data.get(), counts[rank_], r.dtype, PostFactor(r, size_)));
+  DADT_RETURN_IF_ERROR(PostProcess(r, size_, out->data.get(), counts[rank_]));
   HandleResult res;
   res.output = std::move(out);
   Finish(e, std::move(res));

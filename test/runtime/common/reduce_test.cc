@@ -237,4 +237,20 @@ TEST(ReduceBinaryDeathTest, AverageIsNotAKernel) {
 }
 
 }  // namespace
+
+TEST(DivideBufferTest, AverageIsADivisionNotAReciprocalMultiply) {
+  std::vector<double> d = {5.0, 1.0, -7.0};
+  ASSERT_TRUE(DivideBuffer(d.data(), 3, DataType::kFloat64, 3).ok());
+  EXPECT_EQ(d[0], 5.0 / 3.0);  // 5 * (1/3) would be one ulp off
+  EXPECT_EQ(d[2], -7.0 / 3.0);
+  std::vector<int32_t> i = {6, 7, -7};
+  ASSERT_TRUE(DivideBuffer(i.data(), 3, DataType::kInt32, 3).ok());
+  EXPECT_EQ(i, (std::vector<int32_t>{2, 2, -2}));  // 6 * (1/3) would truncate to 1
+  std::vector<float> f = {5.0f};
+  ASSERT_TRUE(DivideBuffer(f.data(), 1, DataType::kFloat32, 3).ok());
+  EXPECT_EQ(f[0], 5.0f / 3.0f);
+  bool b = true;
+  EXPECT_FALSE(DivideBuffer(&b, 1, DataType::kBool, 2).ok());
+}
+
 }  // namespace dadt
