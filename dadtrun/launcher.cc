@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <unistd.h>
 
 #include "dadtrun/console.h"
@@ -104,12 +105,17 @@ int Launch(const LaunchConfig& config) {
       verbose("all " + std::to_string(config.num_proc) + " ranks reported ready");
     }
   };
+  options.cause_of = [&](int rank) {
+    const std::string v = (*server)->Peek("cause/" + std::to_string(rank));
+    return v.empty() ? -1 : std::atoi(v.c_str());
+  };
   Supervisor supervisor(ranks, options);
   if (!spawn_error.ok()) {
     console::Message(spawn_error.message() + (ranks.empty() ? "" : "; stopping the other ranks"));
     supervisor.RequestStop(spawn_exit_code);
   }
   int exit_code = supervisor.Run();
+  options.on_tick();  // ranks that were ready and done within one tick are reported too
   verbose("all ranks exited; dadtrun exits with code " + std::to_string(exit_code));
 
   // Every rank is reaped and its process group killed, so the pipes reach EOF as soon as their

@@ -88,6 +88,12 @@ void RendezvousServer::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+std::string RendezvousServer::Peek(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = store_.find(key);
+  return it == store_.end() ? std::string() : it->second;
+}
+
 int RendezvousServer::ReadyCount() const {
   std::lock_guard<std::mutex> lock(mu_);
   int n = 0;

@@ -45,6 +45,8 @@ class RendezvousServer {
 
   // Number of keys with prefix "ready/" (set by each rank after it connects).
   int ReadyCount() const;
+  // The value stored under `key`, or "" when absent (e.g. "cause/1", see Supervisor).
+  std::string Peek(const std::string& key) const;
   int64_t connections_accepted() const { return connections_accepted_.load(); }
   // Requests answered kUnauthorized or kBadRequest (each also closed its connection).
   int64_t requests_rejected() const { return requests_rejected_.load(); }

@@ -58,6 +58,14 @@ int Supervisor::Run() {
       SignalAll(SIGKILL);
       killed_ = true;
     }
+    if (deferred_.rank >= 0 && now >= deferred_.deadline) {
+      const Deferred d = deferred_;
+      deferred_ = Deferred{};
+      exit_code_ = d.code;
+      console::Message(d.what + "; stopping the other ranks");
+      StartStopping(options_.failure_grace);
+      SignalAll(SIGTERM);
+    }
     if (options_.on_tick) options_.on_tick();
     auto wait = kTick;
     if (stopping_ && !killed_) {
@@ -103,11 +111,41 @@ void Supervisor::OnExit(const Tracked& t, int wait_status) {
   what += signaled ? "was killed by signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
                          SignalName(WTERMSIG(wait_status)) + ")"
                    : "exited with code " + std::to_string(code);
+  if (deferred_.rank >= 0 && t.process.rank == deferred_.cause) {
+    // The rank that caused the deferred failure has exited: blame it if it failed too.
+    const Deferred d = deferred_;
+    deferred_ = Deferred{};
+    if (code != 0) {
+      Blame(t, code, what + " (rank " + std::to_string(d.rank) + " failed because of it)");
+    } else {
+      exit_code_ = d.code;
+      console::Message(d.what + (RunningCount() > 0 ? "; stopping the other ranks" : ""));
+      StartStopping(options_.failure_grace);
+      SignalAll(SIGTERM);
+    }
+    return;
+  }
   if (code == 0 || stopping_) {
     if (options_.verbose) console::Message(what);
     return;
   }
-  // The first failure decides the exit code and ends the job.
+  if (deferred_.rank < 0 && options_.cause_of) {
+    const int cause = options_.cause_of(t.process.rank);
+    for (const Tracked& c : ranks_) {
+      if (c.process.rank == cause && c.running && cause != t.process.rank) {
+        deferred_ = Deferred{t.process.rank, cause, code, what,
+                             std::chrono::steady_clock::now() + options_.cause_wait};
+        if (options_.verbose) console::Message(what + "; waiting for rank " + std::to_string(cause) + ", which caused it");
+        return;
+      }
+    }
+  }
+  if (deferred_.rank >= 0) return;  // already waiting on a cause; that decides
+  Blame(t, code, what);
+}
+
+void Supervisor::Blame(const Tracked& t, int code, const std::string& what) {
+  // The first (root-cause) failure decides the exit code and ends the job.
   exit_code_ = code;
   const int others = RunningCount();
   console::Message(what + (others > 0 ? "; stopping the other ranks" : ""));

@@ -45,6 +45,12 @@ struct SupervisorOptions {
   std::chrono::milliseconds failure_grace{3000};  // after a rank failed
   bool verbose = false;
   std::function<void()> on_tick;  // called from Run() at least every 100 ms
+  // The rank whose failure made `rank` fail (its runtime records it at rendezvous as
+  // "cause/<rank>"), or -1. Lets dadtrun name the rank that started a failure, not the first one
+  // to exit: a rank whose collective was aborted by another rank's exit often exits first.
+  std::function<int(int rank)> cause_of;
+  // How long to wait for the causing rank's own exit status before blaming the rank at hand.
+  std::chrono::milliseconds cause_wait{3000};
 };
 
 // SIGINT, SIGTERM, SIGHUP and SIGCHLD.
@@ -75,6 +81,7 @@ class Supervisor {
 
   void ReapExited();
   void OnExit(const Tracked& t, int wait_status);
+  void Blame(const Tracked& t, int code, const std::string& what);
   void OnSignal(int sig);
   void StartStopping(std::chrono::milliseconds grace);
   int RunningCount() const;
@@ -85,6 +92,15 @@ class Supervisor {
   bool killed_ = false;
   std::chrono::steady_clock::time_point kill_deadline_;
   int exit_code_ = 0;
+  // A secondary failure waiting for its cause to exit: rank, code, message, deadline.
+  struct Deferred {
+    int rank = -1;
+    int cause = -1;
+    int code = 0;
+    std::string what;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  Deferred deferred_;
 };
 
 }  // namespace dadtrun

@@ -188,7 +188,7 @@ int dadt_cross_size(void) {
 }
 const char* dadt_backend_name(void) {
   auto rt = GetRunning();
-  return rt ? rt->backend_name() : nullptr;
+  return rt ? rt->options().backend.c_str() : nullptr;
 }
 
 const char* dadt_built_backends(void) {

@@ -38,8 +38,10 @@ struct BackendOptions {
   int cross_size = 1;
   // Network interface name (e.g. "eth0") or empty for the address of the hostname / loopback.
   std::string iface;
-  // Timeout for connecting and for each collective.
+  // Timeout for each collective.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // Timeout for connecting to the other ranks at start-up (0: use `timeout`).
+  std::chrono::milliseconds connect_timeout{0};
   // Rendezvous store; outlives the backend's constructor only (backends copy what they need).
   KeyValueStore* store = nullptr;
   // Keys this backend writes are prefixed with this (e.g. "gloo/0/").

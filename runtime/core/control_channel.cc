@@ -222,6 +222,7 @@ Status ControlChannel::ReadAvailable(std::vector<std::pair<int, std::string>>* o
       if (r < 0 && errno == EINTR) continue;
       // Deliver what arrived before the close (often the coordinator's shutdown) first.
       if (closed.ok()) {
+        closed_rank_ = p.rank;
         closed = Aborted(p.rank == 0
                              ? "lost the connection to the coordinator (rank 0): it exited or crashed"
                              : "rank " + std::to_string(p.rank) + " disconnected: it exited or crashed");

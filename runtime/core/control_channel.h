@@ -39,6 +39,8 @@ class ControlChannel {
   // Reads every complete frame available without blocking; appends (peer rank, payload). A peer
   // that closed its end is an Aborted status naming the rank.
   Status ReadAvailable(std::vector<std::pair<int, std::string>>* out);
+  // The rank whose connection closed (after ReadAvailable failed), or -1.
+  int closed_rank() const { return closed_rank_; }
 
  private:
   ControlChannel(int rank, int size) : rank_(rank), size_(size) {}
@@ -53,6 +55,7 @@ class ControlChannel {
   int size_;
   std::vector<Peer> peers_;
   std::vector<int> fds_;
+  int closed_rank_ = -1;
 };
 
 }  // namespace core

@@ -245,6 +245,7 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
     list.shutdown = true;
     list.abort = "dadt was shut down by rank " + std::to_string(shutdown_rank_) +
                  " while this collective was pending";
+    list.abort_rank = shutdown_rank_;
     return list;
   }
   const bool everything_ready = ready_.size() == table_.size();

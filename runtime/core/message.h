@@ -88,6 +88,7 @@ struct ResponseList {
   std::vector<int64_t> resend;
   bool shutdown = false;
   std::string abort;  // non-empty: the job is broken; every rank fails its pending work with it
+  int32_t abort_rank = -1;  // the rank whose exit or failure caused `abort`, when known
 };
 
 std::string SerializeRequestList(const RequestList& list);

@@ -70,7 +70,8 @@ uint64_t RefKey(const CachedRef& r) {
 
 StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   RuntimeOptions o;
-  // dadtrun's names first, then torchrun's, so plain torchrun launches work too.
+  // dadtrun's names first, then torchrun's (RANK, WORLD_SIZE, ...) for geometry; a multi-rank job
+  // still needs dadtrun's rendezvous server.
   auto first_int = [](const char* a, const char* b, int64_t fallback) -> StatusOr<int64_t> {
     return env::IsSet(a) ? env::GetInt(a, fallback) : env::GetInt(b, fallback);
   };
@@ -132,7 +133,8 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& options,
   bo.cross_rank = options.cross_rank;
   bo.cross_size = options.cross_size;
   bo.iface = options.iface;
-  bo.timeout = options.start_timeout > options.op_timeout ? options.start_timeout : options.op_timeout;
+  bo.timeout = options.op_timeout;
+  bo.connect_timeout = options.start_timeout;
   bo.store = rt->store_.get();
   bo.store_prefix = options.backend + "/";
   auto backend = backends::BackendRegistry::Create(options.backend, bo);
@@ -260,21 +262,30 @@ void Runtime::FailAll(const Status& status) {
   entries_.clear();
 }
 
-void Runtime::Abort(const Status& status) {
+void Runtime::Abort(const Status& status, int cause_rank) {
   Status s = Aborted("dadt job aborted: " + status.message());
   DADT_LOG(ERROR) << s.message();
+  RecordCause(cause_rank);
   if (options_.rank == 0 && channel_ && options_.size > 1) {
     ResponseList list;
     list.shutdown = true;
     list.abort = status.message();
+    list.abort_rank = cause_rank;
     (void)channel_->Broadcast(SerializeResponseList(list));
   }
   FailAll(s);
 }
 
+void Runtime::RecordCause(int cause_rank) {
+  // Before any handle fails: the launcher must know the cause before this rank can exit.
+  if (cause_rank >= 0 && cause_rank != options_.rank && store_) {
+    (void)store_->Set("cause/" + std::to_string(options_.rank), std::to_string(cause_rank));
+  }
+}
+
 bool Runtime::HandleResponses(const ResponseList& list) {
   if (!list.shutdown && !list.abort.empty()) {
-    Abort(Aborted(list.abort));
+    Abort(Aborted(list.abort), list.abort_rank);
     return true;
   }
   for (size_t i = 0; i + 2 < list.resend.size(); i += 3) {
@@ -311,6 +322,7 @@ bool Runtime::HandleResponses(const ResponseList& list) {
     }
   }
   if (list.shutdown) {
+    if (!entries_.empty() || list.abort_rank != options_.rank) RecordCause(list.abort_rank);
     FailAll(Aborted(list.abort.empty() ? "dadt has been shut down" : list.abort));
     return true;
   }
@@ -400,7 +412,7 @@ void Runtime::Loop() {
       }
     }
     if (!s.ok()) {
-      Abort(s);
+      Abort(s, channel_->closed_rank());
       return;
     }
   }

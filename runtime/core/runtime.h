@@ -79,8 +79,11 @@ class Runtime {
   void Loop();
   // Returns true when the loop must end (shutdown or abort).
   bool HandleResponses(const ResponseList& list);
-  void Abort(const Status& status);
+  // Fails everything. `cause_rank` (when known) is the rank whose exit or failure caused this; it is
+  // recorded at rendezvous ("cause/<rank>") so that dadtrun blames the root cause.
+  void Abort(const Status& status, int cause_rank = -1);
   void FailAll(const Status& status);
+  void RecordCause(int cause_rank);
 
   const RuntimeOptions options_;
   std::unique_ptr<KeyValueStore> store_;

@@ -103,9 +103,13 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
   Status s = DADT_GLOO_STATUS("connect", {
     auto device = internal::CreateTrackedDevice(DeviceAttr(options), registry);
     context = std::make_shared<::gloo::rendezvous::Context>(options.rank, options.size);
-    context->setTimeout(options.timeout);
-    StoreAdapter store(options.store, options.store_prefix, options.timeout);
+    // Connecting is bounded by the start timeout; collectives by the operation timeout.
+    const auto connect_timeout =
+        options.connect_timeout.count() > 0 ? options.connect_timeout : options.timeout;
+    context->setTimeout(connect_timeout);
+    StoreAdapter store(options.store, options.store_prefix, connect_timeout);
     context->connectFullMesh(store, device);
+    context->setTimeout(options.timeout);
   });
   if (!s.ok()) {
     return Status(s.code(), s.message() + " [rank " + std::to_string(options.rank) + " of " +
