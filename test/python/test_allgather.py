@@ -1,0 +1,61 @@
+"""allgather: every dtype, rank-dependent first dimension (including ranks with 0 rows), shapes."""
+import pytest
+import torch
+
+import dadt.torch as dadt
+from collective_utils import DTYPES, assert_equal, dtype_id, values
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_allgather_dtypes_same_shape(world, nm, dtype):
+    x = values((4, 3), dtype, world.rank)
+    out = dadt.allgather(x, name=nm())
+    assert_equal(out, torch.cat([values((4, 3), dtype, r) for r in range(world.size)]), "allgather")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_allgather_rank_dependent_rows_with_empty_rank(world, nm, dtype):
+    # rank r contributes r rows: rank 0 has none.
+    x = values((world.rank, 5), dtype, world.rank, salt=2)
+    out = dadt.allgather(x, name=nm())
+    expected = torch.cat([values((r, 5), dtype, r, salt=2) for r in range(world.size)])
+    assert_equal(out, expected, "allgather with uneven rows")
+
+
+@pytest.mark.parametrize(
+    "tail", [(), (1,), (3, 2), (2, 1, 4), (0,)], ids=lambda t: "x".join(map(str, t)) or "1d"
+)
+def test_allgather_shapes(world, nm, tail):
+    rows = lambda r: (r % 3) + 1  # noqa: E731
+    x = values((rows(world.rank),) + tail, torch.float32, world.rank)
+    out = dadt.allgather(x, name=nm())
+    expected = torch.cat([values((rows(r),) + tail, torch.float32, r) for r in range(world.size)])
+    assert_equal(out, expected, f"allgather tail {tail}")
+
+
+def test_allgather_all_empty(world, nm):
+    out = dadt.allgather(torch.zeros(0, 4, dtype=torch.int64), name=nm())
+    assert_equal(out, torch.zeros(0, 4, dtype=torch.int64), "allgather of empty tensors")
+
+
+def test_allgather_large_odd(world, nm):
+    x = values((1001 + world.rank, 3), torch.float32, world.rank)
+    out = dadt.allgather(x, name=nm())
+    expected = torch.cat([values((1001 + r, 3), torch.float32, r) for r in range(world.size)])
+    assert_equal(out, expected, "allgather 1001+r rows")
+
+
+def test_allgather_async_out_of_order(world, nm):
+    handles = [dadt.allgather_async(values((world.rank + i, 2), torch.int32, world.rank, salt=i), name=nm(str(i)))
+               for i in range(6)]
+    outs = {i: dadt.synchronize(handles[i]) for i in reversed(range(6))}
+    for i in range(6):
+        expected = torch.cat([values((r + i, 2), torch.int32, r, salt=i) for r in range(world.size)])
+        assert_equal(outs[i], expected, f"allgather_async {i}")
+
+
+def test_allgather_does_not_modify_input(world, nm):
+    x = values((3,), torch.float64, world.rank)
+    before = x.clone()
+    dadt.allgather(x, name=nm())
+    assert_equal(x, before, "allgather input")
