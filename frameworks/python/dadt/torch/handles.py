@@ -149,7 +149,7 @@ def synchronize(handle: int):
         a list of tensors for grouped allreduce, (output, received_splits) for alltoall.
         None for an unknown handle.
     """
-    pending = _handle_map.pop(handle, None)
+    pending = _handle_map.get(handle)
     if pending is None:
         return None
     error = None
@@ -158,6 +158,9 @@ def synchronize(handle: int):
             _core.wait(h)
         except _core.CoreError as e:
             error = error or e
+    # Only now, with every member done, does the entry go: a KeyboardInterrupt inside wait() leaves
+    # it (and the tensors it keeps alive) in place, and synchronize() can be called again.
+    del _handle_map[handle]
     try:
         if error is not None:
             raise from_core_error(error) from None

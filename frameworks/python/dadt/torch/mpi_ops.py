@@ -11,6 +11,7 @@ from typing import List, Optional
 import torch
 
 from dadt.common.basics import _core
+from dadt.torch import handles
 from dadt.common.util import (OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL, OP_BARRIER, OP_BROADCAST,
                               OP_JOIN, OP_REDUCESCATTER, Adasum, Average, Max, Min, Product, Sum,
                               handle_average_backwards_compatibility)
@@ -95,8 +96,17 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
         raise ValueError("grouped allreduce needs at least one tensor")
     name = auto_name("grouped_allreduce", name)
     names = ["%s.%d" % (name, i) for i in range(len(tensors))]
-    for tensor, member in zip(tensors, names):  # check all before enqueuing any member
+    # Check everything the runtime could refuse before enqueuing any member: a refused member would
+    # leave the ones before it waiting for a group that never completes.
+    for tensor, member in zip(tensors, names):
         check_tensor(tensor, member)
+        if member in handles._names_in_flight:
+            raise ValueError("a collective named '%s' is already in flight on this rank" % member)
+        if tensor.dtype == torch.bool and (op == Average or prescale_factor != 1.0
+                                           or postscale_factor != 1.0):
+            raise ValueError("tensor '%s' is bool: Average and scale factors are not defined for "
+                             "bool; use Sum or Max (logical or) or Min or Product (logical and)"
+                             % member)
     outputs = tensors if outputs is None else outputs(tensors)
     # The id names the group on every rank alike, whatever order ranks submit groups in: a hash
     # of the member names (unique among in-flight collectives by contract).
