@@ -29,7 +29,7 @@ export DADT_TEST_TIMEOUT ?= 600
 INTEGRATION_TIMEOUT ?= 1800
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: help deps build install demo test test-cc test-python test-integration bench clean
+.PHONY: help deps build install demo test test-cc test-python-unit test-python test-integration bench clean
 
 help:
 	@echo "make demo    install deps + dadt, then: dadtrun --gloo -np $(NP) $(PYTHON) examples/pytorch/train_digits.py"
@@ -57,7 +57,7 @@ demo: deps install
 # Every tier runs even when an earlier one fails; the summary says which failed.
 test: deps install
 	@log=$$(mktemp); failed=0; summary=""; \
-	for tier in test-cc test-python test-integration; do \
+	for tier in test-cc test-python-unit test-python test-integration; do \
 	    $(MAKE) --no-print-directory $$tier 2>&1 | tee $$log; rc=$${PIPESTATUS[0]}; \
 	    if [ $$rc -ne 0 ]; then verdict="FAILED (exit $$rc)"; failed=$$((failed + 1)); \
 	    elif grep -q '^SKIP tier' $$log; then verdict="skipped: $$(grep -m1 '^SKIP tier' $$log | sed 's/^SKIP tier [0-9]*: //')"; \
@@ -76,6 +76,11 @@ test-cc:
 	    --test_tag_filters=-benchmark,-manual -- //test/...; rc=$$?; \
 	if [ $$rc -eq 4 ]; then echo "SKIP tier 1: no test targets under //test/..."; exit 0; fi; \
 	exit $$rc
+
+# Plain pytest, no launcher: tools such as `python -m dadt.timeline`, against the installed package.
+test-python-unit:
+	@echo "==================== [tier 1b] Python unit tests: pytest test/python_unit ===================="
+	@timeout -k 30 600 $(PYTEST) test/python_unit </dev/null
 
 test-python:
 	@bash tools/run_python_tests.sh 1 2 3 4
