@@ -40,6 +40,7 @@ inline constexpr const char kPythonUnbuffered[] = "PYTHONUNBUFFERED";  // 1, so 
 inline constexpr const char kFusionThreshold[] = "DADT_FUSION_THRESHOLD";  // bytes
 inline constexpr const char kCycleTime[] = "DADT_CYCLE_TIME";              // milliseconds
 inline constexpr const char kCacheCapacity[] = "DADT_CACHE_CAPACITY";      // entries; 0 disables
+inline constexpr const char kEagerThreshold[] = "DADT_EAGER_THRESHOLD";    // bytes; 0 disables
 inline constexpr const char kHierarchicalAllreduce[] = "DADT_HIERARCHICAL_ALLREDUCE";
 inline constexpr const char kStartTimeout[] = "DADT_START_TIMEOUT";        // seconds
 inline constexpr const char kGlooTimeout[] = "DADT_GLOO_TIMEOUT_SECONDS";  // seconds per collective
@@ -52,6 +53,7 @@ inline constexpr const char kTimeline[] = "DADT_TIMELINE";
 inline constexpr int64_t kDefaultFusionThresholdBytes = 128LL * 1024 * 1024;
 inline constexpr double kDefaultCycleTimeMs = 1.0;
 inline constexpr int64_t kDefaultCacheCapacity = 1024;
+inline constexpr int64_t kDefaultEagerThresholdBytes = 32 * 1024;
 inline constexpr int64_t kDefaultStartTimeoutSeconds = 30;
 inline constexpr int64_t kDefaultGlooTimeoutSeconds = 300;
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "runtime/common/logging.h"
+#include "runtime/core/eager_reduce.h"
 #include "runtime/core/fusion_planner.h"
 
 namespace dadt {
@@ -62,6 +63,8 @@ void Coordinator::Receive(const RequestList& list, Clock::time_point now) {
     }
     Request r = *cached;
     r.rank = list.rank;
+    r.eager = ref.eager;
+    r.data = ref.data;
     Add(r, now);
   }
   if (list.shutdown) RequestShutdown(list.rank);
@@ -225,6 +228,7 @@ Response Coordinator::BuildResponse(const std::string& name, const Pending& p) c
   switch (first->op) {
     case OpType::kAllreduce:
       resp.sizes = {NumElements(first->shape)};
+      if (joined_count_ == 0) TryEagerReduce(p.by_rank, size_, &resp);
       break;
     case OpType::kAllgather:
       for (const Request& r : p.by_rank) resp.sizes.push_back(r.shape.empty() ? 1 : r.shape[0]);

@@ -31,7 +31,7 @@ std::vector<Response> PlanFusion(std::vector<Response> ready, int64_t threshold_
   // buckets is cheaper than hashing the key.
   std::vector<size_t> open;
   for (Response& r : ready) {
-    if (r.type != Response::Type::kAllreduce || threshold_bytes <= 0 ||
+    if (r.type != Response::Type::kAllreduce || r.eager || threshold_bytes <= 0 ||
         r.total_bytes > threshold_bytes) {
       out.push_back(std::move(r));
       continue;

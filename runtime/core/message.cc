@@ -23,6 +23,8 @@ void PutRequest(ByteWriter& w, const Request& r) {
   w.Put<int64_t>(r.group_id);
   w.Put<int32_t>(r.group_size);
   w.PutInts(r.splits);
+  w.Put<uint8_t>(r.eager ? 1 : 0);
+  if (r.eager) w.PutString(r.data);
 }
 
 Request GetRequest(ByteReader& rd) {
@@ -40,6 +42,8 @@ Request GetRequest(ByteReader& rd) {
   r.group_id = rd.Get<int64_t>();
   r.group_size = rd.Get<int32_t>();
   r.splits = rd.GetInts();
+  r.eager = rd.Get<uint8_t>() != 0;
+  if (r.eager) r.data = rd.GetString();
   return r;
 }
 
@@ -82,6 +86,8 @@ std::string SerializeRequestList(const RequestList& list) {
   for (const auto& c : list.cached) {
     w.Put<int32_t>(c.slot);
     w.Put<uint32_t>(c.generation);
+    w.Put<uint8_t>(c.eager ? 1 : 0);
+    if (c.eager) w.PutString(c.data);
   }
   return w.Take();
 }
@@ -99,7 +105,9 @@ StatusOr<RequestList> ParseRequestList(const std::string& bytes) {
     CachedRef c;
     c.slot = rd.Get<int32_t>();
     c.generation = rd.Get<uint32_t>();
-    list.cached.push_back(c);
+    c.eager = rd.Get<uint8_t>() != 0;
+    if (c.eager) c.data = rd.GetString();
+    list.cached.push_back(std::move(c));
   }
   if (!rd.ok() || !rd.done()) return InternalError("truncated or malformed request list");
   return list;
@@ -130,6 +138,8 @@ std::string SerializeResponseList(const ResponseList& list) {
     w.PutInts(r.sizes);
     w.PutString(r.error);
     w.Put<int32_t>(r.last_joined_rank);
+    w.Put<uint8_t>(r.eager ? 1 : 0);
+    if (r.eager) w.PutString(r.data);
   }
   return w.Take();
 }
@@ -161,6 +171,8 @@ StatusOr<ResponseList> ParseResponseList(const std::string& bytes) {
     r.sizes = rd.GetInts();
     r.error = rd.GetString();
     r.last_joined_rank = rd.Get<int32_t>();
+    r.eager = rd.Get<uint8_t>() != 0;
+    if (r.eager) r.data = rd.GetString();
     list.responses.push_back(std::move(r));
   }
   if (!rd.ok() || !rd.done()) return InternalError("truncated or malformed response list");

@@ -31,6 +31,10 @@ struct Request {
   int64_t group_id = -1;
   int32_t group_size = 0;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  // Small allreduces only: this rank's input bytes, sent with the request so that the coordinator
+  // can reduce them itself (see runtime/core/eager_reduce.h). Not part of the signature.
+  std::string data;
+  bool eager = false;
 
   // True when every field except `rank` matches: the cache's notion of "the same tensor again".
   bool SameSignature(const Request& other) const;
@@ -42,6 +46,8 @@ struct Request {
 struct CachedRef {
   int32_t slot = 0;
   uint32_t generation = 0;
+  bool eager = false;
+  std::string data;  // as Request::data
 };
 
 struct RequestList {
@@ -77,6 +83,9 @@ struct Response {
   // alltoall: size x size matrix of rows (row r = what rank r sends to each rank).
   std::vector<int64_t> sizes;
   std::string error;            // kError
+  // Eager allreduce: the finished result, computed by the coordinator; ranks copy it out.
+  bool eager = false;
+  std::string data;
   int32_t last_joined_rank = -1;  // kJoin
   int64_t total_bytes = 0;      // coordinator-side bookkeeping for fusion; not sent
 };

@@ -60,6 +60,8 @@ void ResponseCache::Store(int32_t slot, uint32_t generation, const Request& req)
   s.last_use = ++clock_;
   s.request = req;
   s.request.rank = 0;
+  s.request.data.clear();  // payloads travel per call; the cache keeps the signature only
+  s.request.eager = false;
   by_name_[req.name] = slot;
 }
 

@@ -85,6 +85,8 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
                   env::GetInt(env::kFusionThreshold, env::kDefaultFusionThresholdBytes));
   DADT_ASSIGN_ENV(o.cycle_time_ms, env::GetDouble(env::kCycleTime, env::kDefaultCycleTimeMs));
   DADT_ASSIGN_ENV(o.cache_capacity, env::GetInt(env::kCacheCapacity, env::kDefaultCacheCapacity));
+  DADT_ASSIGN_ENV(o.eager_threshold_bytes,
+                  env::GetInt(env::kEagerThreshold, env::kDefaultEagerThresholdBytes));
   int64_t start_s, op_s;
   DADT_ASSIGN_ENV(start_s, env::GetInt(env::kStartTimeout, env::kDefaultStartTimeoutSeconds));
   DADT_ASSIGN_ENV(op_s, env::GetInt(env::kGlooTimeout, env::kDefaultGlooTimeoutSeconds));
@@ -354,11 +356,19 @@ void Runtime::Loop() {
     RequestList out;
     out.rank = options_.rank;
     for (TensorEntry& e : queue_.Drain()) {
+      Request& req = e.request;
+      const int64_t bytes = req.ByteSize();
+      if (req.op == OpType::kAllreduce && bytes > 0 && bytes <= options_.eager_threshold_bytes) {
+        req.eager = true;
+        req.data.assign(static_cast<const char*>(e.input), static_cast<size_t>(bytes));
+      }
       if (coordinator_) {
         coordinator_->Add(e.request, now);
       } else if (auto ref = cache_.Lookup(e.request)) {
-        out.cached.push_back(*ref);
+        ref->eager = req.eager;
+        ref->data = req.data;
         sent_refs_[RefKey(*ref)] = e.request.name;
+        out.cached.push_back(std::move(*ref));
       } else {
         out.requests.push_back(e.request);
       }

@@ -44,6 +44,8 @@ struct RuntimeOptions {
   int64_t fusion_threshold_bytes = 128LL << 20;
   double cycle_time_ms = 1.0;
   int64_t cache_capacity = 1024;
+  // Allreduces up to this many bytes travel with their negotiation (eager_reduce.h); 0 disables.
+  int64_t eager_threshold_bytes = 32 * 1024;
   std::string backend = "gloo";
   std::string iface;
   std::string secret;

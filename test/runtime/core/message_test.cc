@@ -21,7 +21,9 @@ TEST(MessageTest, RequestListRoundTrips) {
   r.group_id = 9;
   r.group_size = 2;
   l.requests.push_back(r);
-  l.cached.push_back(CachedRef{7, 42});
+  l.cached.push_back(CachedRef{7, 42, true, std::string("\x01\x00\x02", 3)});
+  l.requests[0].eager = true;
+  l.requests[0].data = "payload";
   auto back = ParseRequestList(SerializeRequestList(l));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->rank, 3);
@@ -30,6 +32,9 @@ TEST(MessageTest, RequestListRoundTrips) {
   EXPECT_TRUE(back->requests[0].SameSignature(r));
   EXPECT_EQ(back->cached[0].slot, 7);
   EXPECT_EQ(back->cached[0].generation, 42u);
+  EXPECT_TRUE(back->cached[0].eager);
+  EXPECT_EQ(back->cached[0].data, std::string("\x01\x00\x02", 3));
+  EXPECT_EQ(back->requests[0].data, "payload");
 }
 
 TEST(MessageTest, ResponseListRoundTrips) {
@@ -44,6 +49,8 @@ TEST(MessageTest, ResponseListRoundTrips) {
   r.sizes = {3, 0, 7};
   r.error = "";
   r.last_joined_rank = 2;
+  r.eager = true;
+  r.data = std::string(8, '\x7f');
   l.responses.push_back(r);
   auto back = ParseResponseList(SerializeResponseList(l));
   ASSERT_TRUE(back.ok());
@@ -54,6 +61,8 @@ TEST(MessageTest, ResponseListRoundTrips) {
   EXPECT_EQ(back->responses[0].cache_slots, r.cache_slots);
   EXPECT_EQ(back->responses[0].sizes, r.sizes);
   EXPECT_EQ(back->responses[0].last_joined_rank, 2);
+  EXPECT_TRUE(back->responses[0].eager);
+  EXPECT_EQ(back->responses[0].data, r.data);
 }
 
 TEST(MessageTest, TruncatedOrGarbageInputIsAnErrorNotACrash) {

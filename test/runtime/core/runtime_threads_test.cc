@@ -29,8 +29,8 @@ class SharedStore : public KeyValueStore {
 };
 
 // Runs body(rank, runtime) on `size` threads, each with its own Runtime.
-void RunRanks(int size, int64_t fusion_bytes,
-              const std::function<void(int, Runtime&)>& body) {
+void RunRanks(int size, int64_t fusion_bytes, const std::function<void(int, Runtime&)>& body,
+              int64_t eager_bytes = 32 * 1024) {
   rendezvous::InMemoryStore store;
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
@@ -42,6 +42,7 @@ void RunRanks(int size, int64_t fusion_bytes,
       o.local_size = size;
       o.secret = "s3cret";
       o.fusion_threshold_bytes = fusion_bytes;
+      o.eager_threshold_bytes = eager_bytes;
       o.start_timeout = std::chrono::seconds(20);
       o.op_timeout = std::chrono::seconds(20);
       auto rt = Runtime::Start(o, std::make_unique<SharedStore>(&store));
@@ -67,8 +68,9 @@ TensorEntry Entry(OpType op, const std::string& name, std::vector<float>& in, st
 
 class RuntimeThreadsTest : public ::testing::TestWithParam<int> {};
 
-TEST_P(RuntimeThreadsTest, ManyAllreducesFusedOrNotGiveExactSums) {
+TEST_P(RuntimeThreadsTest, ManyAllreducesFusedOrNotEagerOrNotGiveExactSums) {
   const int size = GetParam();
+  for (int64_t eager : {int64_t{0}, int64_t{32} << 10})
   for (int64_t fusion : {int64_t{0}, int64_t{1} << 20}) {
     RunRanks(size, fusion, [&](int rank, Runtime& rt) {
       const int kTensors = 50;
@@ -84,10 +86,44 @@ TEST_P(RuntimeThreadsTest, ManyAllreducesFusedOrNotGiveExactSums) {
       for (int t = kTensors - 1; t >= 0; --t) {  // out of order on purpose
         ASSERT_TRUE(rt.handles().Wait(handles[t]).ok());
         const float expect = static_cast<float>(size * t + size * (size - 1) / 2);
-        for (float v : out[t]) ASSERT_EQ(v, expect) << "tensor " << t << " fusion " << fusion;
+        for (float v : out[t]) {
+          ASSERT_EQ(v, expect) << "tensor " << t << " fusion " << fusion << " eager " << eager;
+        }
       }
-    });
+    }, eager);
   }
+}
+
+TEST_P(RuntimeThreadsTest, EagerAndDataPlanePathsAgreeOnEveryOp) {
+  const int size = GetParam();
+  std::vector<std::vector<float>> results;
+  for (int64_t eager : {int64_t{0}, int64_t{1} << 20}) {
+    std::vector<float> rank0_result;
+    RunRanks(size, 1 << 20, [&](int rank, Runtime& rt) {
+      std::vector<float> all;
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
+                          ReduceOp::kProduct}) {
+        std::vector<float> in(9), out(9);
+        for (int i = 0; i < 9; ++i) in[i] = static_cast<float>((rank + 1) * (i % 3 + 1));
+        TensorEntry e = Entry(OpType::kAllreduce, "op" + std::to_string(static_cast<int>(op)), in, out);
+        e.request.reduce_op = op;
+        e.request.prescale = 0.5;
+        e.request.postscale = 3.0;
+        auto h = rt.Enqueue(std::move(e));
+        ASSERT_TRUE(h.ok());
+        ASSERT_TRUE(rt.handles().Wait(*h).ok());
+        all.insert(all.end(), out.begin(), out.end());
+      }
+      if (rank == 0) rank0_result = all;
+    }, eager);
+    results.push_back(rank0_result);
+  }
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0], results[1]) << "eager and data-plane allreduce differ";
+  // Spot-check Sum: 3 * sum_r 0.5 * (r + 1) * 1 for element 0.
+  float expect = 0;
+  for (int r = 0; r < size; ++r) expect += 0.5f * (r + 1);
+  EXPECT_FLOAT_EQ(results[0][0], 3.0f * expect);
 }
 
 TEST_P(RuntimeThreadsTest, RepeatedStepsHitTheCacheAndStayCorrect) {
