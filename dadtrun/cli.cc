@@ -15,8 +15,8 @@ namespace {
 // Raw flag values as typed; converted and checked by hand so every error names the flag.
 struct RawFlags {
   std::string num_proc, hosts, fusion_mb, cycle_ms, cache_capacity, start_timeout, log_level;
-  std::string output_dir, iface;
-  bool gloo = false, verbose = false, help = false, version = false;
+  std::string output_dir, iface, timeline;
+  bool gloo = false, verbose = false, help = false, version = false, mark_cycles = false;
 };
 
 bool ParseInt64(const std::string& s, int64_t* out) {
@@ -148,6 +148,11 @@ StatusOr<LaunchConfig> Convert(const RawFlags& raw, std::vector<std::string> com
   }
   if (!raw.iface.empty()) c.network_interface = raw.iface;
   c.output_dir = raw.output_dir;
+  if (raw.mark_cycles && raw.timeline.empty()) {
+    return BadValue("--timeline-mark-cycles", "used together with --timeline-filename", "set alone");
+  }
+  if (!raw.timeline.empty()) c.timeline_filename = raw.timeline;
+  c.timeline_mark_cycles = raw.mark_cycles;
   return c;
 }
 
@@ -171,6 +176,8 @@ std::string UsageText() {
          "  --network-interface IFACE  interface for rank traffic       -> DADT_IFACE\n"
          "  --log-level LEVEL          trace|debug|info|warning|error   -> DADT_LOG_LEVEL\n"
          "  --output-filename DIR      also write DIR/rank.<N>/stdout and DIR/rank.<N>/stderr\n"
+         "  --timeline-filename FILE   rank 0 writes a Chrome-trace timeline -> DADT_TIMELINE\n"
+         "  --timeline-mark-cycles     add CYCLE_START marks to it      -> DADT_TIMELINE_MARK_CYCLES\n"
          "  --verbose                  print what dadtrun does (stderr, prefixed 'dadtrun:')\n"
          "  --version                  print the version and exit\n"
          "  -h, --help                 print this help and exit\n"
@@ -194,6 +201,8 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
   app.add_option("--log-level", raw.log_level);
   app.add_option("--output-filename", raw.output_dir);
   app.add_option("--network-interface", raw.iface);
+  app.add_option("--timeline-filename", raw.timeline);
+  app.add_flag("--timeline-mark-cycles", raw.mark_cycles);
   app.add_flag("--gloo", raw.gloo);
   app.add_flag("--verbose", raw.verbose);
   app.add_flag("-h,--help", raw.help);

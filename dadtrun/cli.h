@@ -36,6 +36,8 @@ struct LaunchConfig {
   std::optional<std::string> log_level;           // --log-level
   std::optional<std::string> network_interface;   // --network-interface
   std::string output_dir;                         // --output-filename; empty = none
+  std::optional<std::string> timeline_filename;   // --timeline-filename
+  bool timeline_mark_cycles = false;              // --timeline-mark-cycles
 };
 
 struct CommandLine {

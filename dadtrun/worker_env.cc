@@ -43,6 +43,16 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
   env[env::kRendezvousPort] = std::to_string(endpoints.rendezvous_port);
   env[env::kSecret] = endpoints.secret;
   if (config.network_interface) env[env::kIface] = *config.network_interface;
+  if (config.timeline_filename) {
+    // Absolute, so that a rank that changes directory still writes where the user asked.
+    std::string path = *config.timeline_filename;
+    if (!path.empty() && path[0] != '/') {
+      char cwd[4096];
+      if (getcwd(cwd, sizeof(cwd))) path = std::string(cwd) + "/" + path;
+    }
+    env[env::kTimeline] = path;
+    if (config.timeline_mark_cycles) env[env::kTimelineMarkCycles] = "1";
+  }
 
   env[env::kTorchRank] = rank_s;
   env[env::kTorchWorldSize] = size;

@@ -200,6 +200,20 @@ const char* dadt_built_backends(void) {
   return names.c_str();
 }
 
+int dadt_start_timeline(const char* path, int mark_cycles) {
+  auto rt = GetRunning();
+  if (!rt) return Fail(dadt::PreconditionFailed("dadt has not been initialized; use dadt.init()."));
+  Status s = rt->StartTimeline(path ? path : "", mark_cycles != 0);
+  return s.ok() ? DADT_OK : Fail(s);
+}
+
+int dadt_stop_timeline(void) {
+  auto rt = GetRunning();
+  if (!rt) return DADT_OK;
+  Status s = rt->StopTimeline();
+  return s.ok() ? DADT_OK : Fail(s);
+}
+
 int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTensor* output) {
   auto rt = GetRunning();
   if (!rt) {

@@ -110,6 +110,11 @@ const char* dadt_backend_name(void);
 /* Comma-separated names of the backends built in. */
 const char* dadt_built_backends(void);
 
+/* Timeline: rank 0 writes every tensor's phases to `path` as Chrome trace JSON (valid JSON at
+ * every moment); other ranks return DADT_OK and do nothing. mark_cycles adds CYCLE_START marks. */
+int dadt_start_timeline(const char* path, int mark_cycles);
+int dadt_stop_timeline(void);
+
 /* Enqueues a collective; returns a handle >= 0 or -1 (see dadt_last_error and
  * dadt_last_error_code). input: the tensor (NULL for barrier and join). output: allreduce and
  * broadcast write here (may be == input for in place); NULL for ops that allocate. */

@@ -235,6 +235,12 @@ PYBIND11_MODULE(_core, m) {
   m.def("init", &Init, py::arg("fusion_threshold_bytes") = -1, py::arg("cycle_time_ms") = -1.0,
         py::arg("cache_capacity") = -1, py::arg("backend") = py::none(),
         "Starts the runtime; negative/None fields come from the environment (idempotent).");
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
+    if (dadt_start_timeline(path.c_str(), mark_cycles ? 1 : 0) != DADT_OK) ThrowLastError();
+  }, py::arg("path"), py::arg("mark_cycles") = false, "Rank 0 starts writing the timeline.");
+  m.def("stop_timeline", [] {
+    if (dadt_stop_timeline() != DADT_OK) ThrowLastError();
+  }, "Stops the timeline and closes its file.");
   m.def("shutdown", &Shutdown, "Stops the runtime; pending handles fail with ERR_ABORTED.");
   m.def("is_initialized", [] { return dadt_is_initialized() != 0; });
   m.def("rank", &dadt_rank, "-1 when not initialized (as the other geometry calls).");

@@ -47,7 +47,8 @@ inline constexpr const char kGlooTimeout[] = "DADT_GLOO_TIMEOUT_SECONDS";  // se
 inline constexpr const char kLogLevel[] = "DADT_LOG_LEVEL";  // trace|debug|info|warning|error
 inline constexpr const char kStallCheckTime[] = "DADT_STALL_CHECK_TIME_SECONDS";
 inline constexpr const char kStallShutdownTime[] = "DADT_STALL_SHUTDOWN_TIME_SECONDS";
-inline constexpr const char kTimeline[] = "DADT_TIMELINE";
+inline constexpr const char kTimeline[] = "DADT_TIMELINE";  // path of rank 0's trace file
+inline constexpr const char kTimelineMarkCycles[] = "DADT_TIMELINE_MARK_CYCLES";
 
 // Defaults (Horovod's, where Horovod has one).
 inline constexpr int64_t kDefaultFusionThresholdBytes = 128LL * 1024 * 1024;

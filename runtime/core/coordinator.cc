@@ -101,6 +101,11 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
   }
   p.by_rank[request.rank] = request;
   ++p.submitted;
+  if (events_ && events_->enabled()) {
+    events_->Emit(timeline::Event{timeline::NowMicros(), timeline::Phase::kInstant, request.name,
+                                  "RANK_" + std::to_string(request.rank) + "_READY",
+                                  timeline::ReadyRankArgs(request.rank)});
+  }
   MarkReadyIfComplete(request.name, p, now);
 }
 

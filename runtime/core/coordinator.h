@@ -27,6 +27,7 @@
 
 #include "runtime/core/message.h"
 #include "runtime/core/response_cache.h"
+#include "timeline/event.h"
 
 namespace dadt {
 namespace core {
@@ -48,6 +49,8 @@ class Coordinator {
   // When Compute should run again even if no new request arrives; Clock::time_point::max() if never.
   Clock::time_point NextDeadline() const;
 
+  // Where "rank r ready" marks go (rank 0's timeline); may be null.
+  void set_events(const timeline::EventStream* events) { events_ = events; }
   void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
   void set_cycle_time(std::chrono::microseconds t) { cycle_time_ = t; }
   size_t pending() const { return table_.size(); }
@@ -69,6 +72,7 @@ class Coordinator {
   int64_t fusion_threshold_;
   std::chrono::microseconds cycle_time_;
   ResponseCache* cache_;
+  const timeline::EventStream* events_ = nullptr;
 
   std::unordered_map<std::string, Pending> table_;
   std::vector<std::string> ready_;  // in the order tensors became ready

@@ -37,8 +37,27 @@ Status PostProcess(const Response& r, int size, void* buf, int64_t n) {
 }  // namespace
 
 Executor::Executor(backends::Backend* backend, int rank, int size, HandleTable* handles,
-                   TensorQueue* queue)
-    : backend_(backend), rank_(rank), size_(size), handles_(handles), queue_(queue) {}
+                   TensorQueue* queue, const timeline::EventStream* events)
+    : backend_(backend),
+      rank_(rank),
+      size_(size),
+      handles_(handles),
+      queue_(queue),
+      events_(events) {}
+
+void Executor::Mark(const std::vector<std::string>& names, const std::string& activity,
+                    timeline::Phase phase, const EntryMap& entries, bool with_args) {
+  if (!events_ || !events_->enabled()) return;
+  const int64_t now = timeline::NowMicros();
+  for (const std::string& name : names) {
+    auto it = entries.find(name);
+    if (it == entries.end()) continue;
+    const Request& r = it->second.request;
+    events_->Emit(timeline::Event{now, phase, name, activity,
+                                  with_args ? timeline::TensorArgs(DataTypeName(r.dtype), r.shape)
+                                            : std::string()});
+  }
+}
 
 uint8_t* Executor::FusionBuffer(int64_t bytes) {
   if (bytes > fusion_bytes_) {
@@ -54,6 +73,38 @@ void Executor::Finish(TensorEntry& entry, HandleResult result) {
 }
 
 Status Executor::Execute(const Response& r, EntryMap& entries) {
+  const bool traced = events_ && events_->enabled() && r.type != Response::Type::kError &&
+                      r.type != Response::Type::kJoin;
+  // Response::Type lists the op types first, in OpType's order.
+  const char* op_name = traced ? OpTypeName(static_cast<OpType>(r.type)) : "";
+  // Allreduce marks its own collective phase (it sits between the fusion-buffer copies).
+  const bool wrap = traced && r.type != Response::Type::kAllreduce;
+  std::string op, collective;
+  std::vector<std::string> names;
+  if (traced) {
+    op = timeline::OpActivity(op_name);
+    collective = timeline::BackendActivity(backend_->Name(), op_name);
+    names = r.names;
+    Mark(names, op, timeline::Phase::kBegin, entries);
+    if (wrap) Mark(names, collective, timeline::Phase::kBegin, entries);
+  }
+  // Entries are consumed during execution; keep what the end events need.
+  EntryMap ends;
+  if (traced) {
+    for (const std::string& n : names) {
+      auto it = entries.find(n);
+      if (it != entries.end()) ends.emplace(n, TensorEntry{it->second.request, nullptr, nullptr, -1, 0});
+    }
+  }
+  Status s = ExecuteOne(r, entries);
+  if (traced) {
+    if (wrap) Mark(names, collective, timeline::Phase::kEnd, ends);
+    Mark(names, op, timeline::Phase::kEnd, ends, /*with_args=*/true);
+  }
+  return s;
+}
+
+Status Executor::ExecuteOne(const Response& r, EntryMap& entries) {
   if (r.type == Response::Type::kAllreduce) return Allreduce(r, entries);
   if (r.type == Response::Type::kJoin) {
     auto it = entries.find(kJoinName);
@@ -96,7 +147,9 @@ Status Executor::Allreduce(const Response& r, EntryMap& entries) {
   if (r.eager) {  // the coordinator already reduced it (eager_reduce.h): copy the result out
     auto it = entries.find(r.names[0]);
     if (it == entries.end()) return Status::OK();
+    Mark(r.names, "EAGER_ALLREDUCE", timeline::Phase::kBegin, entries);
     if (!r.data.empty()) std::memcpy(it->second.output, r.data.data(), r.data.size());
+    Mark(r.names, "EAGER_ALLREDUCE", timeline::Phase::kEnd, entries);
     Finish(it->second, HandleResult{});
     entries.erase(it);
     return Status::OK();
@@ -116,6 +169,7 @@ Status Executor::Allreduce(const Response& r, EntryMap& entries) {
     if (e.input != e.output && total > 0) std::memcpy(buf, e.input, total * esize);
   } else {
     buf = FusionBuffer(total * esize);
+    Mark(r.names, timeline::kMemcpyInFusionBuffer, timeline::Phase::kBegin, entries);
     int64_t off = 0;
     for (size_t i = 0; i < mine.size(); ++i) {
       const int64_t bytes = r.sizes[i] * esize;
@@ -126,17 +180,24 @@ Status Executor::Allreduce(const Response& r, EntryMap& entries) {
       }
       off += bytes;
     }
+    Mark(r.names, timeline::kMemcpyInFusionBuffer, timeline::Phase::kEnd, entries);
   }
   Status s = Scale(buf, total, r.dtype, r.prescale);
+  const std::string collective =
+      events_ && events_->enabled() ? timeline::BackendActivity(backend_->Name(), "allreduce") : "";
+  Mark(r.names, collective, timeline::Phase::kBegin, entries);
   if (s.ok() && total > 0) s = backend_->Allreduce(buf, total, r.dtype, BackendOp(r.reduce_op));
+  Mark(r.names, collective, timeline::Phase::kEnd, entries);
   if (s.ok()) s = PostProcess(r, size_, buf, total);
   if (s.ok() && fused) {
+    Mark(r.names, timeline::kMemcpyOutFusionBuffer, timeline::Phase::kBegin, entries);
     int64_t off = 0;
     for (size_t i = 0; i < mine.size(); ++i) {
       const int64_t bytes = r.sizes[i] * esize;
       if (mine[i] && bytes) std::memcpy(mine[i]->output, buf + off, bytes);
       off += bytes;
     }
+    Mark(r.names, timeline::kMemcpyOutFusionBuffer, timeline::Phase::kEnd, entries);
   }
   for (size_t i = 0; i < mine.size(); ++i) {
     if (!mine[i]) continue;

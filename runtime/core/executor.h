@@ -16,6 +16,7 @@
 #include "runtime/core/handle_table.h"
 #include "runtime/core/message.h"
 #include "runtime/core/tensor_queue.h"
+#include "timeline/event.h"
 
 namespace dadt {
 namespace core {
@@ -27,8 +28,10 @@ inline constexpr const char kJoinName[] = "__dadt.join__";
 
 class Executor {
  public:
+  // `events` (may be null) receives the per-tensor phases: <OP> around the whole execution,
+  // MEMCPY_IN/OUT_FUSION_BUFFER, <BACKEND>_<OP> (e.g. GLOO_ALLREDUCE) or EAGER_ALLREDUCE.
   Executor(backends::Backend* backend, int rank, int size, HandleTable* handles,
-           TensorQueue* queue);
+           TensorQueue* queue, const timeline::EventStream* events = nullptr);
 
   // Executes `response`, consuming the matching entries. A non-OK return is a backend failure that
   // breaks the job (the consumed entries are already completed with it); mismatch errors are
@@ -39,18 +42,23 @@ class Executor {
   void Finish(TensorEntry& entry, HandleResult result);
 
  private:
+  Status ExecuteOne(const Response& r, EntryMap& entries);
   Status Allreduce(const Response& r, EntryMap& entries);
   Status Allgather(const Response& r, TensorEntry& e);
   Status Broadcast(const Response& r, TensorEntry& e);
   Status Alltoall(const Response& r, TensorEntry& e);
   Status Reducescatter(const Response& r, TensorEntry& e);
   uint8_t* FusionBuffer(int64_t bytes);
+  // Emits `phase` of `activity` for each of `names` that this rank holds (no-op when disabled).
+  void Mark(const std::vector<std::string>& names, const std::string& activity,
+            timeline::Phase phase, const EntryMap& entries, bool with_args = false);
 
   backends::Backend* backend_;
   int rank_;
   int size_;
   HandleTable* handles_;
   TensorQueue* queue_;
+  const timeline::EventStream* events_;
   std::unique_ptr<uint8_t[]> fusion_;
   int64_t fusion_bytes_ = 0;
 };

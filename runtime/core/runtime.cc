@@ -159,7 +159,14 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& options,
         &rt->cache_);
   }
   rt->executor_ = std::make_unique<Executor>(rt->backend_.get(), options.rank, options.size,
-                                             &rt->handles_, &rt->queue_);
+                                             &rt->handles_, &rt->queue_, &rt->events_);
+  if (rt->coordinator_) rt->coordinator_->set_events(&rt->events_);
+  if (env::IsSet(env::kTimeline)) {
+    auto mark = env::GetBool(env::kTimelineMarkCycles, false);
+    if (!mark.ok()) return mark.status();
+    Status t = rt->StartTimeline(env::GetString(env::kTimeline), *mark);
+    if (!t.ok()) return t;
+  }
   rt->loop_ = std::thread([r = rt.get()] { r->Loop(); });
   return rt;
 }
@@ -171,6 +178,31 @@ void Runtime::Shutdown() {
   shutdown_requested_ = true;
   queue_.Wake();
   if (loop_.joinable()) loop_.join();
+  (void)StopTimeline();
+}
+
+Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {
+  if (options_.rank != 0) return Status::OK();  // rank 0 sees every negotiation; it writes
+  if (path.empty()) return InvalidArgument("timeline: empty file path");
+  std::lock_guard<std::mutex> lock(timeline_mu_);
+  if (timeline_writer_) return PreconditionFailed("a timeline is already being written");
+  auto writer = std::make_shared<timeline::ChromeTraceWriter>();
+  DADT_RETURN_IF_ERROR(writer->Start(path));
+  mark_cycles_ = mark_cycles;
+  timeline_writer_ = writer;
+  events_.AddSink(writer);
+  return Status::OK();
+}
+
+Status Runtime::StopTimeline() {
+  std::shared_ptr<timeline::ChromeTraceWriter> writer;
+  {
+    std::lock_guard<std::mutex> lock(timeline_mu_);
+    writer.swap(timeline_writer_);
+  }
+  if (!writer) return Status::OK();
+  events_.RemoveSink(writer.get());  // waits for an Emit in progress
+  return writer->Stop();
 }
 
 Status Runtime::Validate(const TensorEntry& e) const {
@@ -245,6 +277,7 @@ StatusOr<int64_t> Runtime::Enqueue(TensorEntry entry) {
   }
   DADT_RETURN_IF_ERROR(Validate(entry));
   entry.handle = handles_.Create();
+  entry.enqueue_us = timeline::NowMicros();
   const int64_t h = entry.handle;
   Status s = queue_.Push(std::move(entry));
   if (!s.ok()) {
@@ -307,7 +340,20 @@ bool Runtime::HandleResponses(const ResponseList& list) {
       return true;
     }
   }
+  if (events_.enabled() && mark_cycles_ && !list.responses.empty()) {
+    events_.Emit({timeline::NowMicros(), timeline::Phase::kInstant, "", timeline::kCycleStart, ""});
+  }
   for (const Response& resp : list.responses) {
+    if (events_.enabled()) {
+      const int64_t t = timeline::NowMicros();
+      for (const std::string& name : resp.names) {
+        auto e = entries_.find(name);
+        if (e == entries_.end()) continue;
+        events_.Emit({t, timeline::Phase::kEnd, name,
+                      timeline::NegotiateActivity(OpTypeName(e->second.request.op)),
+                      resp.type == Response::Type::kError ? "{\"error\":true}" : ""});
+      }
+    }
     if (options_.rank != 0) {
       for (size_t i = 0; i < resp.names.size() && i < resp.cache_slots.size(); ++i) {
         if (resp.cache_slots[i] < 0) continue;
@@ -355,8 +401,16 @@ void Runtime::Loop() {
 
     RequestList out;
     out.rank = options_.rank;
+    const bool traced = events_.enabled();
     for (TensorEntry& e : queue_.Drain()) {
       Request& req = e.request;
+      if (traced) {
+        const int64_t t = timeline::NowMicros();
+        events_.Emit({e.enqueue_us, timeline::Phase::kBegin, req.name, timeline::kQueue, ""});
+        events_.Emit({t, timeline::Phase::kEnd, req.name, timeline::kQueue, ""});
+        events_.Emit({t, timeline::Phase::kBegin, req.name,
+                      timeline::NegotiateActivity(OpTypeName(req.op)), ""});
+      }
       const int64_t bytes = req.ByteSize();
       if (req.op == OpType::kAllreduce && bytes > 0 && bytes <= options_.eager_threshold_bytes) {
         req.eager = true;

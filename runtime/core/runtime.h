@@ -30,6 +30,8 @@
 #include "runtime/core/handle_table.h"
 #include "runtime/core/response_cache.h"
 #include "runtime/core/tensor_queue.h"
+#include "timeline/chrome_trace_writer.h"
+#include "timeline/event.h"
 
 namespace dadt {
 namespace core {
@@ -71,6 +73,11 @@ class Runtime {
   // Ends the job for every rank (pending work fails) and joins the loop thread. Idempotent.
   void Shutdown();
 
+  // Rank 0 writes every tensor's phases to `path` as a Chrome trace (docs/timeline.md); other
+  // ranks accept the call and do nothing. Any thread may call these.
+  Status StartTimeline(const std::string& path, bool mark_cycles);
+  Status StopTimeline();
+
   HandleTable& handles() { return handles_; }
   const RuntimeOptions& options() const { return options_; }
   const char* backend_name() const { return backend_->Name(); }
@@ -96,6 +103,12 @@ class Runtime {
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
   std::unique_ptr<Executor> executor_;
+
+  // The one event stream (timeline now, autotuner later). Emitted only from the loop thread.
+  timeline::EventStream events_;
+  std::mutex timeline_mu_;  // guards timeline_writer_ (start/stop from API threads)
+  std::shared_ptr<timeline::ChromeTraceWriter> timeline_writer_;
+  std::atomic<bool> mark_cycles_{false};
 
   // Loop-thread state.
   EntryMap entries_;

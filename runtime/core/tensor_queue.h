@@ -24,6 +24,7 @@ struct TensorEntry {
   const void* input = nullptr;  // host memory; may be null (barrier, join)
   void* output = nullptr;       // allreduce / broadcast destination; may equal input
   int64_t handle = -1;
+  int64_t enqueue_us = 0;  // timeline::NowMicros() at Enqueue, for the QUEUE phase
 };
 
 class TensorQueue {

@@ -102,9 +102,21 @@ def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = N
         raise ValueError("cycle_duration_ms must be >= 0, got %r" % cycle_duration_ms)
     if timeline_path is not None:
         os.environ["DADT_TIMELINE"] = str(timeline_path)
-        warnings.warn("timeline_path=%r is recorded, but the timeline is not built into dadt yet"
-                      % str(timeline_path))
     call(_core.init, fusion, cycle, -1, backend)
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Starts writing a Chrome-trace timeline of every collective to ``file_path`` (rank 0 writes;
+    on other ranks this does nothing). Open it in chrome://tracing or Perfetto, or summarise it with
+    ``python -m dadt.timeline summary FILE``. ``mark_cycles`` adds a CYCLE_START mark each time the
+    coordinator releases a batch of tensors."""
+    call(_core.start_timeline, str(file_path), bool(mark_cycles))
+
+
+def stop_timeline() -> None:
+    """Stops the timeline started by `start_timeline` (or by ``DADT_TIMELINE``) and closes the
+    file, leaving it as a complete JSON array."""
+    call(_core.stop_timeline)
 
 
 def shutdown() -> None:
