@@ -248,6 +248,38 @@ def bench_many_tensors(dadt, torch, reps):
             "one_by_one_median_s": median_seconds(s), "reps": reps}
 
 
+def bench_timeline_overhead(dadt, torch, reps):
+    """(e) The same workloads with the timeline off and on, interleaved, medians of each."""
+    tensors = [torch.zeros(n // 4, dtype=torch.float32) for n in many_tensor_sizes()]
+    names = [f"bench.tl.{i}" for i in range(len(tensors))]
+    small = torch.zeros(1024, dtype=torch.float32)  # 4 KiB
+
+    def fused():
+        start = time.perf_counter()
+        for h in [dadt.allreduce_async_(t, name=n, op=dadt.Sum) for t, n in zip(tensors, names)]:
+            dadt.synchronize(h)
+        return time.perf_counter() - start
+
+    def small_loop(iters=200):
+        start = time.perf_counter()
+        for _ in range(iters):
+            dadt.allreduce_(small, name="bench.tl.small", op=dadt.Sum)
+        return (time.perf_counter() - start) / iters
+
+    path = os.path.join(tempfile.mkdtemp(prefix="dadt-bench-tl-"), "timeline.json")
+    fused(), small_loop(20)  # warm-up
+    rows = {"fused_off": [], "fused_on": [], "small_off": [], "small_on": []}
+    for _ in range(reps):
+        rows["fused_off"].append(fused())
+        rows["small_off"].append(small_loop())
+        dadt.start_timeline(path)  # rank 0 writes; a no-op elsewhere
+        rows["fused_on"].append(fused())
+        rows["small_on"].append(small_loop())
+        dadt.stop_timeline()
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    return {k: median_seconds(v) for k, v in rows.items()} | {"reps": reps}
+
+
 def measure_idle(dadt, seconds):
     dadt.barrier()
     time.sleep(0.5)  # let the last collective's tail settle
@@ -297,20 +329,22 @@ def worker(args):
     mine = bench_dadt_sizes(dadt, torch, sizes, quick)
     progress(f"dadt: {MANY_TENSORS} tensors fused vs one at a time, {reps} repetitions")
     many = bench_many_tensors(dadt, torch, reps)
+    progress(f"timeline off vs on, {reps} repetitions")
+    timeline = bench_timeline_overhead(dadt, torch, reps)
     progress(f"idle CPU: {idle_s:.0f} s")
     idle = dadt.allgather_object(measure_idle(dadt, idle_s))
 
     if rank == 0:
-        report(say, size, sizes, mine, raw, raw_notes, many, idle, quick)
+        report(say, size, sizes, mine, raw, raw_notes, many, idle, quick, timeline)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"ranks": size, "quick": quick, "dadt": mine, "raw_gloo": raw, "raw_gloo_notes": raw_notes,
-                           "many_tensors": many, "idle": idle}, f, indent=2)
+                           "many_tensors": many, "idle": idle, "timeline": timeline}, f, indent=2)
     dadt.shutdown()
     return 0
 
 
-def report(say, size, sizes, mine, raw, raw_notes, many, idle, quick):
+def report(say, size, sizes, mine, raw, raw_notes, many, idle, quick, timeline):
     import torch
     import dadt
 
@@ -357,6 +391,15 @@ def report(say, size, sizes, mine, raw, raw_notes, many, idle, quick):
     for r, row in enumerate(idle):
         say(f"| {r} | {row['user_s']:.3f} | {row['sys_s']:.3f} | {row['percent_of_core']:.1f} |")
     say(f"| median | | | {statistics.median(row['percent_of_core'] for row in idle):.1f} |")
+    say("")
+    say(f"## (e) timeline off vs on (rank 0 writing the trace), median of {timeline['reps']}, interleaved")
+    say("")
+    say("| workload | off | on | throughput on / off |")
+    say("|---|---:|---:|---:|")
+    say(f"| 200 tensors fused (ms) | {timeline['fused_off'] * 1e3:.1f} | {timeline['fused_on'] * 1e3:.1f} "
+        f"| {timeline['fused_off'] / timeline['fused_on']:.3f} |")
+    say(f"| 4 KiB allreduce (us) | {timeline['small_off'] * 1e6:.1f} | {timeline['small_on'] * 1e6:.1f} "
+        f"| {timeline['small_off'] / timeline['small_on']:.3f} |")
 
 
 def main(argv=None):
