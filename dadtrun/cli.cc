@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "runtime/common/env.h"
+
 namespace dadt {
 namespace dadtrun {
 namespace {
@@ -16,7 +18,9 @@ namespace {
 struct RawFlags {
   std::string num_proc, hosts, fusion_mb, cycle_ms, cache_capacity, start_timeout, log_level;
   std::string output_dir, iface, timeline;
+  std::string autotune_log, autotune_warmup, autotune_steps, autotune_samples, autotune_noise;
   bool gloo = false, verbose = false, help = false, version = false, mark_cycles = false;
+  bool autotune = false;
 };
 
 bool ParseInt64(const std::string& s, int64_t* out) {
@@ -152,6 +156,35 @@ StatusOr<LaunchConfig> Convert(const RawFlags& raw, std::vector<std::string> com
     return BadValue("--timeline-mark-cycles", "used together with --timeline-filename", "set alone");
   }
   if (!raw.timeline.empty()) c.timeline_filename = raw.timeline;
+  // Autotune: each flag maps to one DADT_AUTOTUNE* variable.
+  const bool any_autotune_option = !raw.autotune_log.empty() || !raw.autotune_warmup.empty() ||
+                                   !raw.autotune_steps.empty() || !raw.autotune_samples.empty() ||
+                                   !raw.autotune_noise.empty();
+  if (any_autotune_option && !raw.autotune) {
+    return BadValue("--autotune-*", "used together with --autotune", "given alone");
+  }
+  if (raw.autotune) {
+    c.autotune_env.emplace_back(env::kAutotune, "1");
+    if (!raw.autotune_log.empty()) c.autotune_env.emplace_back(env::kAutotuneLog, raw.autotune_log);
+    struct IntFlag { const char* flag; const std::string* value; const char* var; int64_t min; };
+    for (const IntFlag& f : {IntFlag{"--autotune-warmup-samples", &raw.autotune_warmup, env::kAutotuneWarmupSamples, 0},
+                             IntFlag{"--autotune-steps-per-sample", &raw.autotune_steps, env::kAutotuneStepsPerSample, 1},
+                             IntFlag{"--autotune-bayes-opt-max-samples", &raw.autotune_samples, env::kAutotuneMaxSamples, 1}}) {
+      if (f.value->empty()) continue;
+      int64_t v;
+      if (!ParseInt64(*f.value, &v) || v < f.min) {
+        return BadValue(f.flag, "an integer >= " + std::to_string(f.min), *f.value);
+      }
+      c.autotune_env.emplace_back(f.var, std::to_string(v));
+    }
+    if (!raw.autotune_noise.empty()) {
+      double noise;
+      if (!ParseDouble(raw.autotune_noise, &noise) || noise < 0) {
+        return BadValue("--autotune-gaussian-process-noise", "a number >= 0", raw.autotune_noise);
+      }
+      c.autotune_env.emplace_back(env::kAutotuneNoise, raw.autotune_noise);
+    }
+  }
   c.timeline_mark_cycles = raw.mark_cycles;
   return c;
 }
@@ -178,6 +211,10 @@ std::string UsageText() {
          "  --output-filename DIR      also write DIR/rank.<N>/stdout and DIR/rank.<N>/stderr\n"
          "  --timeline-filename FILE   rank 0 writes a Chrome-trace timeline -> DADT_TIMELINE\n"
          "  --timeline-mark-cycles     add CYCLE_START marks to it      -> DADT_TIMELINE_MARK_CYCLES\n"
+         "  --autotune                 tune fusion threshold and cycle time while training -> DADT_AUTOTUNE\n"
+         "  --autotune-log-file FILE   CSV, one row per sample          -> DADT_AUTOTUNE_LOG\n"
+         "  --autotune-warmup-samples N, --autotune-steps-per-sample N, --autotune-bayes-opt-max-samples N,\n"
+         "  --autotune-gaussian-process-noise X   (defaults 3, 10, 20, 0.8) -> DADT_AUTOTUNE_*\n"
          "  --verbose                  print what dadtrun does (stderr, prefixed 'dadtrun:')\n"
          "  --version                  print the version and exit\n"
          "  -h, --help                 print this help and exit\n"
@@ -203,6 +240,12 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
   app.add_option("--network-interface", raw.iface);
   app.add_option("--timeline-filename", raw.timeline);
   app.add_flag("--timeline-mark-cycles", raw.mark_cycles);
+  app.add_flag("--autotune", raw.autotune);
+  app.add_option("--autotune-log-file", raw.autotune_log);
+  app.add_option("--autotune-warmup-samples", raw.autotune_warmup);
+  app.add_option("--autotune-steps-per-sample", raw.autotune_steps);
+  app.add_option("--autotune-bayes-opt-max-samples", raw.autotune_samples);
+  app.add_option("--autotune-gaussian-process-noise", raw.autotune_noise);
   app.add_flag("--gloo", raw.gloo);
   app.add_flag("--verbose", raw.verbose);
   app.add_flag("-h,--help", raw.help);
@@ -243,4 +286,5 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
 }
 
 }  // namespace dadtrun
-}  // namespace dadt
+}  // namespace dadt#include "runtime/common/env.h"
+

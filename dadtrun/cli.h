@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dadtrun/hosts.h"
@@ -38,6 +39,7 @@ struct LaunchConfig {
   std::string output_dir;                         // --output-filename; empty = none
   std::optional<std::string> timeline_filename;   // --timeline-filename
   bool timeline_mark_cycles = false;              // --timeline-mark-cycles
+  std::vector<std::pair<std::string, std::string>> autotune_env;  // --autotune*: DADT_AUTOTUNE*
 };
 
 struct CommandLine {

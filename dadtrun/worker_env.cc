@@ -53,6 +53,7 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
     env[env::kTimeline] = path;
     if (config.timeline_mark_cycles) env[env::kTimelineMarkCycles] = "1";
   }
+  for (const auto& kv : config.autotune_env) env[kv.first] = kv.second;
 
   env[env::kTorchRank] = rank_s;
   env[env::kTorchWorldSize] = size;

@@ -47,6 +47,12 @@ inline constexpr const char kGlooTimeout[] = "DADT_GLOO_TIMEOUT_SECONDS";  // se
 inline constexpr const char kLogLevel[] = "DADT_LOG_LEVEL";  // trace|debug|info|warning|error
 inline constexpr const char kStallCheckTime[] = "DADT_STALL_CHECK_TIME_SECONDS";
 inline constexpr const char kStallShutdownTime[] = "DADT_STALL_SHUTDOWN_TIME_SECONDS";
+inline constexpr const char kAutotune[] = "DADT_AUTOTUNE";
+inline constexpr const char kAutotuneLog[] = "DADT_AUTOTUNE_LOG";
+inline constexpr const char kAutotuneWarmupSamples[] = "DADT_AUTOTUNE_WARMUP_SAMPLES";
+inline constexpr const char kAutotuneStepsPerSample[] = "DADT_AUTOTUNE_STEPS_PER_SAMPLE";
+inline constexpr const char kAutotuneMaxSamples[] = "DADT_AUTOTUNE_BAYES_OPT_MAX_SAMPLES";
+inline constexpr const char kAutotuneNoise[] = "DADT_AUTOTUNE_GAUSSIAN_PROCESS_NOISE";
 inline constexpr const char kTimeline[] = "DADT_TIMELINE";  // path of rank 0's trace file
 inline constexpr const char kTimelineMarkCycles[] = "DADT_TIMELINE_MARK_CYCLES";
 

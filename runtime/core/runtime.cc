@@ -160,7 +160,13 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& options,
   }
   rt->executor_ = std::make_unique<Executor>(rt->backend_.get(), options.rank, options.size,
                                              &rt->handles_, &rt->queue_, &rt->events_);
-  if (rt->coordinator_) rt->coordinator_->set_events(&rt->events_);
+  if (rt->coordinator_) {
+    rt->coordinator_->set_events(&rt->events_);
+    auto tuner = AutotuneDriver::FromEnv(options.fusion_threshold_bytes, options.cycle_time_ms,
+                                         options.cross_size, rt->coordinator_.get());
+    if (!tuner.ok()) return tuner.status();
+    rt->autotune_ = std::move(*tuner);
+  }
   if (env::IsSet(env::kTimeline)) {
     auto mark = env::GetBool(env::kTimelineMarkCycles, false);
     if (!mark.ok()) return mark.status();
@@ -364,6 +370,7 @@ bool Runtime::HandleResponses(const ResponseList& list) {
       }
     }
     Status s = executor_->Execute(resp, entries_);
+    if (autotune_ && s.ok()) autotune_->OnExecuted(resp);
     if (!s.ok()) {
       Abort(s);
       return true;

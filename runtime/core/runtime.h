@@ -24,6 +24,7 @@
 #include "runtime/backends/backend.h"
 #include "runtime/common/kv_store.h"
 #include "runtime/common/status.h"
+#include "runtime/core/autotune_driver.h"
 #include "runtime/core/control_channel.h"
 #include "runtime/core/coordinator.h"
 #include "runtime/core/executor.h"
@@ -103,6 +104,7 @@ class Runtime {
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<AutotuneDriver> autotune_;  // rank 0, when DADT_AUTOTUNE is on
 
   // The one event stream (timeline now, autotuner later). Emitted only from the loop thread.
   timeline::EventStream events_;
