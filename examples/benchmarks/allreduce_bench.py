@@ -49,6 +49,8 @@ def parse_args(argv=None):
     p.add_argument("--dadtrun", default=None, help="launcher (default: $DADTRUN, dadtrun on PATH, bazel-bin)")
     p.add_argument("--raw-gloo", default=None,
                    help="raw_gloo_allreduce binary (default: $RAW_GLOO_ALLREDUCE, PATH, bazel-bin); 'none' skips it")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="alternate raw Gloo and dadt this many times; medians across rounds (3; quick 1)")
     p.add_argument("--json", default=None, help="also write every measurement to this file (rank 0)")
     return p.parse_args(argv)
 
@@ -303,30 +305,54 @@ def worker(args):
     progress = (lambda m: print(f"allreduce_bench: {m}", file=sys.stderr, flush=True)) if rank == 0 else (
         lambda m: None)
 
-    # (b) raw Gloo, before dadt exists in this process.
+    # (a, b) raw Gloo and dadt, alternated for `rounds` rounds so that drift on a shared machine
+    # hits both alike; each is the median across rounds of its per-round medians. The first raw
+    # round runs before dadt exists in this process; later ones run while dadt sits idle (its loop
+    # thread sleeps in poll(), so the two never compete for the CPU).
+    rounds = args.rounds or (1 if quick else 3)
     scratch = job_scratch_dir()
     raw_binary = find_raw_gloo(args.raw_gloo)
-    raw, raw_notes = {}, []
+    raw_rounds, mine_rounds, raw_notes = [], [], []
     if raw_binary is None:
         raw_notes.append("raw Gloo baseline skipped: raw_gloo_allreduce not found "
                          "(bazel build //examples/benchmarks:raw_gloo_allreduce, or pass --raw-gloo)")
     elif size < 2:
         raw_notes.append("raw Gloo baseline skipped at 1 rank")
-    else:
-        progress(f"raw Gloo: {len(sizes)} sizes ({raw_binary})")
-        raw, raw_notes = run_raw_gloo(raw_binary, sizes, quick, rank, scratch)
 
+    def raw_round(r):
+        if raw_binary is None or size < 2:
+            return
+        progress(f"raw Gloo, round {r + 1}/{rounds}: {len(sizes)} sizes ({raw_binary})")
+        rows, notes = run_raw_gloo(raw_binary, sizes, quick, rank, os.path.join(scratch, f"round{r}"))
+        raw_rounds.append(rows)
+        raw_notes.extend(notes)
+
+    raw_round(0)
     import torch
     import dadt.torch as dadt
 
     torch.set_num_threads(1)
     dadt.init()
     dadt.barrier()
+    for r in range(rounds):
+        if r > 0:
+            dadt.barrier()
+            raw_round(r)
+            dadt.barrier()
+        progress(f"dadt, round {r + 1}/{rounds}: {len(sizes)} sizes")
+        mine_rounds.append(bench_dadt_sizes(dadt, torch, sizes, quick))
+    dadt.barrier()
     if rank == 0:
         shutil.rmtree(scratch, ignore_errors=True)
+    mine = {n: dict(mine_rounds[0][n], median_s=statistics.median(m[n]["median_s"] for m in mine_rounds))
+            for n in sizes}
+    raw = {}
+    for n in sizes:
+        rows = [rr[n] for rr in raw_rounds if n in rr]
+        if rows:
+            raw[n] = dict(rows[0], median_us=statistics.median(x["median_us"] for x in rows),
+                          busbw_gbps=statistics.median(x["busbw_gbps"] for x in rows))
 
-    progress(f"dadt: {len(sizes)} sizes")
-    mine = bench_dadt_sizes(dadt, torch, sizes, quick)
     progress(f"dadt: {MANY_TENSORS} tensors fused vs one at a time, {reps} repetitions")
     many = bench_many_tensors(dadt, torch, reps)
     progress(f"timeline off vs on, {reps} repetitions")
@@ -356,7 +382,7 @@ def report(say, size, sizes, mine, raw, raw_notes, many, idle, quick, timeline):
         f"dadt {getattr(dadt, '__version__', '?')}, torch {torch.__version__}, Python {platform.python_version()}, "
         f"{time.strftime('%Y-%m-%d %H:%M:%S')}")
     say("")
-    say("## (a, b) allreduce_ in place, float32, Sum: dadt vs raw Gloo")
+    say("## (a, b) allreduce_ in place, float32, Sum: dadt vs raw Gloo (alternated; median across rounds)")
     say("")
     say("| size | iters | dadt median (us) | dadt busbw (GB/s) | raw Gloo median (us) | raw Gloo busbw (GB/s) "
         "| dadt / Gloo time |")
