@@ -38,7 +38,7 @@ StatusOr<std::unique_ptr<AutotuneDriver>> AutotuneDriver::FromEnv(int64_t fusion
   // Knobs the user set explicitly are not tuned; the two we cannot switch job-wide are fixed.
   o.fixed.fusion_threshold = env::IsSet(env::kFusionThreshold);
   o.fixed.cycle_time = env::IsSet(env::kCycleTime);
-  o.fixed.response_cache = true;
+  o.fixed.response_cache = env::IsSet(env::kCacheCapacity);
   o.fixed.hierarchical_allreduce = true;
   o.num_hosts = cross_size;
   o.log_path = env::GetString(env::kAutotuneLog);
@@ -58,6 +58,7 @@ AutotuneDriver::AutotuneDriver(autotune::ParameterManagerOptions options, Coordi
 void AutotuneDriver::Apply() {
   const autotune::Params& p = manager_.current();
   coordinator_->set_fusion_threshold(p.fusion_threshold_bytes);
+  coordinator_->set_response_cache(p.response_cache);
   coordinator_->set_cycle_time(
       std::chrono::microseconds(static_cast<int64_t>(std::llround(p.cycle_time_ms * 1000))));
 }

@@ -6,8 +6,9 @@
 // reduced per second and proposes the next fusion threshold and cycle time. Only the coordinator
 // uses those two knobs (it alone decides what is fused and when it is released), so applying them
 // on rank 0 switches the whole job at once, at the same point of the response stream.
-// The response cache and hierarchical allreduce are held fixed: changing them would need every
-// rank to switch together, which this version does not do.
+// The response cache is switched through the coordinator: the next response list tells every rank
+// to turn its cache off or on at the same point of the stream. Hierarchical allreduce is held
+// fixed (not implemented yet).
 // Runs on rank 0's loop thread only.
 #pragma once
 

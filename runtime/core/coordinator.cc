@@ -257,6 +257,11 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
     list.abort_rank = shutdown_rank_;
     return list;
   }
+  if (cache_toggle_ >= 0 && cache_ && cache_->enabled() != (cache_toggle_ == 1)) {
+    cache_->SetActive(cache_toggle_ == 1);  // before any assignment below
+    list.cache_active = cache_toggle_;
+  }
+  cache_toggle_ = -1;
   const bool everything_ready = ready_.size() == table_.size();
   const bool release = !ready_.empty() &&
                        (everything_ready || now - oldest_ready_ >= cycle_time_ ||

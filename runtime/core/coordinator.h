@@ -52,6 +52,8 @@ class Coordinator {
   // Where "rank r ready" marks go (rank 0's timeline); may be null.
   void set_events(const timeline::EventStream* events) { events_ = events; }
   void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
+  // Switches the response cache on every rank at the next released list.
+  void set_response_cache(bool on) { cache_toggle_ = on ? 1 : 0; }
   void set_cycle_time(std::chrono::microseconds t) { cycle_time_ = t; }
   size_t pending() const { return table_.size(); }
 
@@ -86,6 +88,7 @@ class Coordinator {
   bool join_pending_response_ = false;
 
   std::vector<int64_t> resend_;
+  int8_t cache_toggle_ = -1;
   int shutdown_rank_ = -1;
 };
 

@@ -119,6 +119,7 @@ std::string SerializeResponseList(const ResponseList& list) {
   w.Put<uint8_t>(list.shutdown ? 1 : 0);
   w.PutString(list.abort);
   w.Put<int32_t>(list.abort_rank);
+  w.Put<int8_t>(list.cache_active);
   w.PutInts(list.resend);
   w.Put<uint32_t>(static_cast<uint32_t>(list.responses.size()));
   for (const auto& r : list.responses) {
@@ -151,6 +152,7 @@ StatusOr<ResponseList> ParseResponseList(const std::string& bytes) {
   list.shutdown = rd.Get<uint8_t>() != 0;
   list.abort = rd.GetString();
   list.abort_rank = rd.Get<int32_t>();
+  list.cache_active = rd.Get<int8_t>();
   list.resend = rd.GetInts();
   uint32_t n = rd.Get<uint32_t>();
   for (uint32_t i = 0; i < n && rd.ok(); ++i) {

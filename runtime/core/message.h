@@ -98,6 +98,7 @@ struct ResponseList {
   bool shutdown = false;
   std::string abort;  // non-empty: the job is broken; every rank fails its pending work with it
   int32_t abort_rank = -1;  // the rank whose exit or failure caused `abort`, when known
+  int8_t cache_active = -1;  // 0/1: every rank turns its response cache off/on before the responses
 };
 
 std::string SerializeRequestList(const RequestList& list);

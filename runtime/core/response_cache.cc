@@ -5,6 +5,13 @@ namespace core {
 
 ResponseCache::ResponseCache(int64_t capacity) : slots_(capacity > 0 ? capacity : 0) {}
 
+void ResponseCache::SetActive(bool on) {
+  active_ = on;
+  if (on) return;
+  for (Slot& s : slots_) s.used = false;  // generations survive, so old refs stay stale
+  by_name_.clear();
+}
+
 std::optional<CachedRef> ResponseCache::Lookup(const Request& req) const {
   if (!enabled() || !req.Cacheable()) return std::nullopt;
   auto it = by_name_.find(req.name);
@@ -15,7 +22,7 @@ std::optional<CachedRef> ResponseCache::Lookup(const Request& req) const {
 }
 
 const Request* ResponseCache::Resolve(const CachedRef& ref) {
-  if (ref.slot < 0 || ref.slot >= capacity()) return nullptr;
+  if (!active_ || ref.slot < 0 || ref.slot >= capacity()) return nullptr;
   Slot& s = slots_[ref.slot];
   if (!s.used || s.generation != ref.generation) return nullptr;
   s.last_use = ++clock_;

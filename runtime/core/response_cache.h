@@ -28,7 +28,10 @@ class ResponseCache {
  public:
   explicit ResponseCache(int64_t capacity);
 
-  bool enabled() const { return !slots_.empty(); }
+  bool enabled() const { return active_ && !slots_.empty(); }
+  // Turns the cache on or off at one point of the response stream on every rank (the autotuner's
+  // knob); off forgets every entry, so refs still in flight become stale and are resent.
+  void SetActive(bool on);
   int64_t capacity() const { return static_cast<int64_t>(slots_.size()); }
   int64_t size() const { return static_cast<int64_t>(by_name_.size()); }
 
@@ -54,6 +57,7 @@ class ResponseCache {
   std::vector<Slot> slots_;
   std::unordered_map<std::string, int32_t> by_name_;
   uint64_t clock_ = 0;
+  bool active_ = true;
 };
 
 }  // namespace core

@@ -329,6 +329,7 @@ bool Runtime::HandleResponses(const ResponseList& list) {
     Abort(Aborted(list.abort), list.abort_rank);
     return true;
   }
+  if (list.cache_active >= 0 && !coordinator_) cache_.SetActive(list.cache_active == 1);
   for (size_t i = 0; i + 2 < list.resend.size(); i += 3) {
     if (list.resend[i] != options_.rank) continue;
     CachedRef ref{static_cast<int32_t>(list.resend[i + 1]), static_cast<uint32_t>(list.resend[i + 2])};
@@ -475,7 +476,8 @@ void Runtime::Loop() {
     if (s.ok()) s = read;
     if (s.ok() && coordinator_) {
       ResponseList list = coordinator_->Compute(Clock::now());
-      if (!list.responses.empty() || list.shutdown || !list.resend.empty()) {
+      if (!list.responses.empty() || list.shutdown || !list.resend.empty() ||
+          list.cache_active >= 0) {
         DADT_LOG(TRACE) << "releasing " << list.responses.size() << " responses, "
                         << list.resend.size() / 3 << " resends, pending " << coordinator_->pending();
         if (options_.size > 1) s = channel_->Broadcast(SerializeResponseList(list));

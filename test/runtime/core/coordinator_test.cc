@@ -176,6 +176,22 @@ TEST_P(CoordinatorTest, ShutdownFromAnyRankEndsTheJob) {
   EXPECT_NE(list.abort.find("rank " + std::to_string(size() - 1)), std::string::npos);
 }
 
+TEST_P(CoordinatorTest, CacheSwitchTravelsWithTheNextListAndStopsAssignments) {
+  Coordinator c(size(), 1 << 20, microseconds(1000), &cache_);
+  c.set_response_cache(false);
+  for (int r = 0; r < size(); ++r) c.Add(Allreduce(r, "w"), t0_);
+  ResponseList off = c.Compute(t0_);
+  EXPECT_EQ(off.cache_active, 0);
+  ASSERT_EQ(off.responses.size(), 1u);
+  EXPECT_TRUE(off.responses[0].cache_slots.empty()) << "no slot may be assigned while off";
+  c.set_response_cache(true);
+  for (int r = 0; r < size(); ++r) c.Add(Allreduce(r, "w"), t0_);
+  ResponseList on = c.Compute(t0_);
+  EXPECT_EQ(on.cache_active, 1);
+  ASSERT_EQ(on.responses.size(), 1u);
+  EXPECT_EQ(on.responses[0].cache_slots.size(), 1u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, CoordinatorTest, ::testing::Values(1, 2, 3, 4, 7));
 
 }  // namespace

@@ -70,6 +70,19 @@ TEST(ResponseCacheTest, UncacheableOpsAndDisabledCacheNeverHit) {
   EXPECT_FALSE(c.Lookup(g).has_value());
 }
 
+TEST(ResponseCacheTest, TurningOffForgetsEntriesAndStalesRefs) {
+  ResponseCache c(4);
+  CachedRef ref = c.Assign(Req("w"));
+  c.SetActive(false);
+  EXPECT_FALSE(c.enabled());
+  EXPECT_FALSE(c.Lookup(Req("w")).has_value());
+  EXPECT_EQ(c.Resolve(ref), nullptr);
+  c.SetActive(true);
+  EXPECT_EQ(c.Resolve(ref), nullptr) << "a ref from before the switch must stay stale";
+  CachedRef again = c.Assign(Req("w"));
+  EXPECT_NE(c.Resolve(again), nullptr);
+}
+
 }  // namespace
 }  // namespace core
 }  // namespace dadt
