@@ -29,13 +29,7 @@
 namespace dadt {
 namespace backends {
 
-struct BackendOptions {
-  int rank = 0;
-  int size = 1;
-  int local_rank = 0;
-  int local_size = 1;
-  int cross_rank = 0;
-  int cross_size = 1;
+struct BackendOptions : JobGeometry {
   // Network interface name (e.g. "eth0") or empty for the address of the hostname / loopback.
   std::string iface;
   // Timeout for each collective.

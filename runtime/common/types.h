@@ -54,6 +54,17 @@ const char* OpTypeName(OpType op);
 // -1 is host memory; >= 0 is a CUDA device ordinal.
 constexpr int32_t kCpuDevice = -1;
 
+// Where this process sits in the job: its rank among all ranks, on its host (local) and across
+// hosts (cross). Shared by the runtime's and the backends' options.
+struct JobGeometry {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+};
+
 using Shape = std::vector<int64_t>;
 int64_t NumElements(const Shape& shape);
 std::string ShapeString(const Shape& shape);

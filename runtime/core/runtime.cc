@@ -128,12 +128,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& options,
   }
   rt->store_ = std::move(store);
   backends::BackendOptions bo;
-  bo.rank = options.rank;
-  bo.size = options.size;
-  bo.local_rank = options.local_rank;
-  bo.local_size = options.local_size;
-  bo.cross_rank = options.cross_rank;
-  bo.cross_size = options.cross_size;
+  static_cast<JobGeometry&>(bo) = options;
   bo.iface = options.iface;
   bo.timeout = options.op_timeout;
   bo.connect_timeout = options.start_timeout;

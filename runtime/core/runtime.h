@@ -37,13 +37,7 @@
 namespace dadt {
 namespace core {
 
-struct RuntimeOptions {
-  int rank = 0;
-  int size = 1;
-  int local_rank = 0;
-  int local_size = 1;
-  int cross_rank = 0;
-  int cross_size = 1;
+struct RuntimeOptions : JobGeometry {
   int64_t fusion_threshold_bytes = 128LL << 20;
   double cycle_time_ms = 1.0;
   int64_t cache_capacity = 1024;
