@@ -25,16 +25,17 @@ in the fusion/cycle plane, coloured by score, grid best and chosen point marked)
 """
 import argparse
 import csv
-import glob
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+
+from allreduce_bench import find_dadtrun  # same folder: one launcher lookup for both benchmarks
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MiB = 1024 * 1024
@@ -144,16 +145,6 @@ def worker(args):
 # ----------------------------------------------------------------------------------------------
 # Driver: launches and report
 # ----------------------------------------------------------------------------------------------
-
-def find_dadtrun(explicit):
-    candidates = [explicit, os.environ.get("DADTRUN"), shutil.which("dadtrun"),
-                  os.path.join(REPO, "bazel-bin", "dadtrun", "dadtrun")]
-    candidates += sorted(glob.glob(os.path.join(REPO, "bazel-out", "*", "bin", "dadtrun", "dadtrun")))
-    for c in candidates:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    return None
-
 
 def run_one(args, dadtrun, tmp, label, launcher_flags, worker_flags):
     result = os.path.join(tmp, re.sub(r"[^A-Za-z0-9_.-]", "_", label) + ".json")
