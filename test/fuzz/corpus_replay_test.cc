@@ -32,14 +32,14 @@ std::vector<std::string> ReadCorpus() {
   return out;
 }
 
-void Run(const std::string& input) {
+void Replay(const std::string& input) {
   FuzzOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());
 }
 
 TEST(RendezvousProtocolCorpus, EverySeedPasses) {
   std::vector<std::string> corpus = ReadCorpus();
   ASSERT_GE(corpus.size(), 8u) << "the seed corpus is missing from " << kCorpus;
-  for (const std::string& input : corpus) Run(input);
+  for (const std::string& input : corpus) Replay(input);
 }
 
 TEST(RendezvousProtocolCorpus, DeterministicMutationsPass) {
@@ -58,7 +58,7 @@ TEST(RendezvousProtocolCorpus, DeterministicMutationsPass) {
         default: input.resize(at); break;                                        // truncate
       }
     }
-    Run(input);
+    Replay(input);
   }
 }
 
