@@ -344,7 +344,8 @@ Coordinator::Clock::time_point Coordinator::NextDeadline() const {
 }
 
 void Coordinator::set_stall_options(const StallOptions& options) {
-  stall_ = options.enabled ? std::make_unique<StallInspector>(options) : nullptr;
+  // One rank never waits for another.
+  stall_ = options.enabled && size_ > 1 ? std::make_unique<StallInspector>(options) : nullptr;
   if (stall_ && !table_.empty()) stall_->OnPending(Clock::now());
 }
 

@@ -37,9 +37,13 @@ std::string Seconds(std::chrono::steady_clock::duration d) {
   return buf;
 }
 
-// "missing rank 1: [a, b]" per rank, then one line per tensor (oldest first).
+// "missing rank 1: [a, b]" per rank, then one line per tensor.
 std::string Describe(std::vector<const PendingTensor*> tensors, StallInspector::Clock::time_point now) {
+  // Most submitters first: a tensor that every rank but one submitted points at that rank (it
+  // skipped the tensor), while one submitted by a single rank usually names its victims (the
+  // ranks blocked in the skipped tensor). Then oldest first.
   std::sort(tensors.begin(), tensors.end(), [](const PendingTensor* a, const PendingTensor* b) {
+    if (a->submitted.size() != b->submitted.size()) return a->submitted.size() > b->submitted.size();
     return a->first_seen != b->first_seen ? a->first_seen < b->first_seen : a->name < b->name;
   });
   const size_t named = std::min(tensors.size(), kMaxTensorsNamed);

@@ -14,6 +14,8 @@
 //     warning_time while it stays stalled) and, when shutdown_time > 0, asks for a shutdown once
 //     any tensor has been pending for shutdown_time. It then sets next_check() to the earliest
 //     moment a later call could report something new, or to max() when nothing is pending.
+//     Tensors are listed with the most submitters first: the ranks missing those are the likely
+//     culprits (a skipped collective), the ranks missing the others usually their victims.
 // So a job that is not stalled pays one scan of its pending table per warning_time at most, and
 // an idle job none: the coordinator's loop only wakes at next_check().
 //

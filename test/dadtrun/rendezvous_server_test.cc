@@ -392,6 +392,28 @@ TEST_F(RendezvousServerTest, TruncatedAndMalformedRequestsAreRefusedEachWithBadR
   ExpectStillServing();
 }
 
+TEST_F(RendezvousServerTest, EachRefusalIsOneLogLineNamingPeerAndReason) {
+  RendezvousServerOptions o;
+  o.auth_timeout = milliseconds(200);
+  Restart(o);
+  ::testing::internal::CaptureStderr();
+  int wrong = RawConnect();
+  SendRaw(wrong, EncodedFrame({rendezvous::Op::kGet, "guess", "k", ""}));
+  EXPECT_TRUE(ClosedByServer(wrong));
+  int idle = RawConnect();
+  EXPECT_TRUE(ClosedByServer(idle));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ::close(wrong);
+  ::close(idle);
+  int lines = 0;
+  for (char ch : log) lines += ch == '\n';
+  EXPECT_EQ(lines, 2) << log;
+  EXPECT_NE(log.find("from 127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("UNAUTHORIZED): wrong or missing job secret"), std::string::npos) << log;
+  EXPECT_NE(log.find("no request with the job secret within 200 ms"), std::string::npos) << log;
+  EXPECT_EQ(log.find("guess"), std::string::npos) << "a presented secret is never logged";
+}
+
 TEST(RendezvousServerStartTest, RefusesAnEmptySecret) {
   EXPECT_FALSE(RendezvousServer::Start("127.0.0.1", "").ok());
 }

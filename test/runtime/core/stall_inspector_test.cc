@@ -156,6 +156,19 @@ TEST_F(StallInspectorTest, ManyRanksAndTensorsStayReadable) {
   EXPECT_TRUE(Contains(r.warning, "'wide'")) << "the oldest stall is listed first";
 }
 
+TEST_F(StallInspectorTest, TensorMostRanksSubmittedIsListedFirst) {
+  StallInspector s(Options(1));
+  // Rank 3 skipped "skipped" and went on to "next", which ranks 0-2 cannot reach.
+  std::vector<PendingTensor> view = {Tensor("next", t0_, {3}, {0, 1, 2}),
+                                     Tensor("skipped", t0_ + milliseconds(5), {0, 1, 2}, {3})};
+  StallReport r = s.Check(view, t0_ + seconds(2));
+  const size_t skipped = r.warning.find("tensor 'skipped'");
+  const size_t next = r.warning.find("tensor 'next'");
+  ASSERT_NE(skipped, std::string::npos);
+  ASSERT_NE(next, std::string::npos);
+  EXPECT_LT(skipped, next) << r.warning;
+}
+
 class StallOptionsEnvTest : public ::testing::Test {
  protected:
   void SetUp() override { Clear(); }
