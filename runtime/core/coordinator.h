@@ -15,6 +15,9 @@
 //     when all ranks have joined, a Join response carries the last rank to join.
 //  5. Shutdown from any rank ends the job for every rank (pending work fails), as in Horovod, so a
 //     rank that exits never leaves the others waiting forever.
+//  6. Stalls (stall_inspector.h): a name some ranks submitted and others (not joined) have not,
+//     for DADT_STALL_CHECK_TIME_SECONDS, becomes a warning in the next ResponseList, which every
+//     rank logs; past DADT_STALL_SHUTDOWN_TIME_SECONDS it becomes an abort naming the same.
 // Not thread-safe: owned by rank 0's loop thread.
 #pragma once
 
