@@ -94,8 +94,17 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   o.op_timeout = std::chrono::seconds(op_s);
   o.iface = env::GetString(env::kIface);
   o.secret = env::GetString(env::kSecret);
-  const std::string controller = env::GetString(env::kController, "gloo");
-  o.backend = controller;
+  // Under plain mpirun (no dadtrun: no DADT_RANK, no DADT_CONTROLLER) MPI is the controller.
+  const bool under_mpirun = !env::IsSet(env::kRank) && env::IsSet(env::kOmpiWorldSize);
+  o.controller = env::GetString(env::kController, under_mpirun ? "mpi" : "gloo");
+  if (o.controller != "gloo" && o.controller != "mpi") {
+    return InvalidArgument("DADT_CONTROLLER must be 'gloo' or 'mpi', got '" + o.controller + "'");
+  }
+  if (o.controller == "mpi") {  // geometry comes from MPI at start; the env may not have it
+    o.rank = 0;
+    o.size = 1;
+  }
+  o.backend = o.controller;
   if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
     return InvalidArgument("bad job geometry: rank " + std::to_string(o.rank) + " of size " +
                            std::to_string(o.size) + " (DADT_RANK/DADT_SIZE)");
@@ -108,8 +117,51 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
 Runtime::Runtime(const RuntimeOptions& options)
     : options_(options), cache_(options.cache_capacity) {}
 
-StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& options,
+StatusOr<std::unique_ptr<backends::ControlTransport>> Runtime::CreateTransport(
+    RuntimeOptions* options, KeyValueStore* store) {
+  if (options->controller == "gloo") {
+    auto bind = BindAddress(*options);
+    if (!bind.ok()) return bind.status();
+    auto channel = ControlChannel::Create(options->rank, options->size, store, *bind,
+                                          options->secret, options->start_timeout);
+    if (!channel.ok()) return channel.status();
+    return std::unique_ptr<backends::ControlTransport>(std::move(*channel));
+  }
+  backends::ControlTransportOptions to;
+  to.native_comm = options->native_comm;
+  to.timeout = options->start_timeout;
+  auto transport = backends::ControlTransportRegistry::Create(options->controller, to);
+  if (!transport.ok()) return transport.status();
+  static_cast<JobGeometry&>(*options) = (*transport)->geometry();
+  return transport;
+}
+
+StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requested,
                                                   std::unique_ptr<KeyValueStore> store) {
+  RuntimeOptions options = requested;
+  if (options.backend == "mpi" && options.controller == "gloo" && options.size == 1 &&
+      !env::IsSet(env::kRendezvousAddr)) {
+    options.controller = "mpi";  // a lone process asking for MPI: an MPI singleton
+  }
+  if (options.backend == "mpi" && options.controller != "mpi") {
+    return PreconditionFailed("the mpi executor needs MPI as the controller: launch the job with "
+                              "`dadtrun --mpi` or `mpirun` (this one was started by dadtrun --gloo)");
+  }
+  // An MPI controller learns the geometry from MPI first; the TCP star needs the store first.
+  std::unique_ptr<backends::ControlTransport> transport;
+  if (options.controller != "gloo") {
+    auto created = CreateTransport(&options, nullptr);
+    if (!created.ok()) return created.status();
+    transport = std::move(*created);
+    if (!store && !env::IsSet(env::kRendezvousAddr)) {
+      if (options.backend != "mpi" && options.size > 1) {
+        return PreconditionFailed("the " + options.backend + " executor needs dadtrun's "
+                                  "rendezvous, which plain mpirun does not provide: launch with "
+                                  "`dadtrun --" + options.backend + "`, or use the mpi executor");
+      }
+      store = std::make_unique<rendezvous::InMemoryStore>();
+    }
+  }
   std::unique_ptr<Runtime> rt(new Runtime(options));
   SetLogRank(options.rank);
   if (!store) {
@@ -134,16 +186,17 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& options,
   bo.connect_timeout = options.start_timeout;
   bo.store = rt->store_.get();
   bo.store_prefix = options.backend + "/";
+  bo.native_comm = options.native_comm;
   auto backend = backends::BackendRegistry::Create(options.backend, bo);
   if (!backend.ok()) return backend.status();
   rt->backend_ = std::move(*backend);
 
-  auto bind = BindAddress(options);
-  if (!bind.ok()) return bind.status();
-  auto channel = ControlChannel::Create(options.rank, options.size, rt->store_.get(), *bind,
-                                        options.secret, options.start_timeout);
-  if (!channel.ok()) return channel.status();
-  rt->channel_ = std::move(*channel);
+  if (!transport) {
+    auto created = CreateTransport(&options, rt->store_.get());
+    if (!created.ok()) return created.status();
+    transport = std::move(*created);
+  }
+  rt->channel_ = std::move(transport);
   Status s = rt->store_->Set("ready/" + std::to_string(options.rank), "1");
   (void)s;  // progress reporting only
 
@@ -398,7 +451,15 @@ void Runtime::Loop() {
       }
     }
     if (shutdown_requested_ && !shutdown_sent_) timeout_ms = 0;
-    poll(fds.data(), fds.size(), timeout_ms);
+    // A transport without descriptors (MPI) is probed every poll_interval().
+    const auto probe = channel_->fds().empty() ? channel_->poll_interval()
+                                               : std::chrono::microseconds(0);
+    if (probe.count() > 0 && (timeout_ms < 0 || timeout_ms * 1000 > probe.count())) {
+      const timespec ts{0, static_cast<long>(probe.count()) * 1000};
+      ppoll(fds.data(), fds.size(), &ts, nullptr);
+    } else {
+      poll(fds.data(), fds.size(), timeout_ms);
+    }
     if (fds[0].revents & POLLIN) queue_.ClearWake();
     const auto now = Clock::now();
 
