@@ -77,6 +77,7 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
     env[env::kStartTimeout] = std::to_string(env::kDefaultStartTimeoutSeconds);
   }
   if (config.log_level) env[env::kLogLevel] = *config.log_level;
+  if (config.hierarchical_allreduce) env[env::kHierarchicalAllreduce] = "1";
 
   // Ranks sharing a host would otherwise each start one OpenMP thread per core and thrash.
   if (config.num_proc > 1 && env.find(env::kOmpNumThreads) == env.end()) {

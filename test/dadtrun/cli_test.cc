@@ -31,7 +31,7 @@ TEST(CliTest, CommandIsPassedThroughVerbatim) {
   LaunchConfig c = MustParse({"-np", "2", "python", "train.py", "--lr", "0.1", "-np", "9", "-H"});
   EXPECT_EQ(c.num_proc, 2);
   EXPECT_EQ(c.command, (Args{"python", "train.py", "--lr", "0.1", "-np", "9", "-H"}));
-  EXPECT_EQ(c.controller, "gloo");
+  EXPECT_EQ(c.controller, "auto");  // no --gloo/--mpi: resolved at launch
   ASSERT_EQ(c.hosts.size(), 1u);
   EXPECT_EQ(c.hosts[0].host, "localhost");
   EXPECT_EQ(c.hosts[0].slots, 2);
