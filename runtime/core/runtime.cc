@@ -7,9 +7,11 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "runtime/backends/hierarchical_allreduce.h"
 #include "runtime/common/env.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/rendezvous/client.h"
@@ -62,6 +64,37 @@ StatusOr<std::string> BindAddress(const RuntimeOptions& o) {
   return std::string(buf);
 }
 
+// The flat backend, or a HierarchicalAllreduce over it plus one backend for this host's ranks and
+// one for the ranks with this local rank on every host. Every rank creates them in this order.
+StatusOr<std::unique_ptr<backends::Backend>> WithHierarchy(std::unique_ptr<backends::Backend> flat,
+                                                           const backends::BackendOptions& bo,
+                                                           const RuntimeOptions& o) {
+  if (o.local_size <= 1 || o.cross_size <= 1 || o.size != o.local_size * o.cross_size) {
+    if (o.rank == 0) {
+      DADT_LOG(INFO) << "hierarchical allreduce needs several hosts with the same number of ranks "
+                     << "(local size " << o.local_size << ", cross size " << o.cross_size
+                     << ", size " << o.size << "); using the flat allreduce";
+    }
+    return flat;
+  }
+  backends::BackendOptions local = bo, cross = bo;
+  static_cast<JobGeometry&>(local) = JobGeometry{o.local_rank, o.local_size, o.local_rank,
+                                                 o.local_size, 0, 1};
+  local.store_prefix = bo.store_prefix + "local/" + std::to_string(o.cross_rank) + "/";
+  local.group_color = o.cross_rank;
+  static_cast<JobGeometry&>(cross) = JobGeometry{o.cross_rank, o.cross_size, 0, 1, o.cross_rank,
+                                                 o.cross_size};
+  cross.store_prefix = bo.store_prefix + "cross/" + std::to_string(o.local_rank) + "/";
+  cross.group_color = o.local_rank;
+  auto local_backend = backends::BackendRegistry::Create(o.backend, local);
+  if (!local_backend.ok()) return local_backend.status();
+  auto cross_backend = backends::BackendRegistry::Create(o.backend, cross);
+  if (!cross_backend.ok()) return cross_backend.status();
+  return std::unique_ptr<backends::Backend>(new backends::HierarchicalAllreduce(
+      std::move(flat), std::move(*local_backend), std::move(*cross_backend), o.local_rank,
+      o.local_size));
+}
+
 uint64_t RefKey(const CachedRef& r) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(r.slot)) << 32) | r.generation;
 }
@@ -87,6 +120,7 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   DADT_ASSIGN_ENV(o.cache_capacity, env::GetInt(env::kCacheCapacity, env::kDefaultCacheCapacity));
   DADT_ASSIGN_ENV(o.eager_threshold_bytes,
                   env::GetInt(env::kEagerThreshold, env::kDefaultEagerThresholdBytes));
+  DADT_ASSIGN_ENV(o.hierarchical_allreduce, env::GetBool(env::kHierarchicalAllreduce, false));
   int64_t start_s, op_s;
   DADT_ASSIGN_ENV(start_s, env::GetInt(env::kStartTimeout, env::kDefaultStartTimeoutSeconds));
   DADT_ASSIGN_ENV(op_s, env::GetInt(env::kGlooTimeout, env::kDefaultGlooTimeoutSeconds));
@@ -133,6 +167,19 @@ StatusOr<std::unique_ptr<backends::ControlTransport>> Runtime::CreateTransport(
   auto transport = backends::ControlTransportRegistry::Create(options->controller, to);
   if (!transport.ok()) return transport.status();
   static_cast<JobGeometry&>(*options) = (*transport)->geometry();
+  // Hosts as the environment describes them take precedence over MPI's shared-memory view (a
+  // scheduler that knows the topology, or pretend hosts in tests); rank and size stay MPI's.
+  const char* names[] = {env::kLocalRank, env::kLocalSize, env::kCrossRank, env::kCrossSize};
+  if (std::all_of(std::begin(names), std::end(names), [](const char* n) { return env::IsSet(n); })) {
+    int* fields[] = {&options->local_rank, &options->local_size, &options->cross_rank,
+                     &options->cross_size};
+    for (int i = 0; i < 4; ++i) DADT_ASSIGN_ENV(*fields[i], env::GetInt(names[i], 0));
+    if (options->local_rank < 0 || options->local_rank >= options->local_size ||
+        options->cross_rank < 0 || options->cross_rank >= options->cross_size) {
+      return InvalidArgument("DADT_LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_SIZE describe no valid "
+                             "place in the job");
+    }
+  }
   return transport;
 }
 
@@ -189,6 +236,10 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requeste
   bo.native_comm = options.native_comm;
   auto backend = backends::BackendRegistry::Create(options.backend, bo);
   if (!backend.ok()) return backend.status();
+  if (options.hierarchical_allreduce) {
+    backend = WithHierarchy(std::move(*backend), bo, options);
+    if (!backend.ok()) return backend.status();
+  }
   rt->backend_ = std::move(*backend);
 
   if (!transport) {

@@ -48,6 +48,8 @@ struct RuntimeOptions : JobGeometry {
   // Who carries negotiation: "gloo" (the TCP star over dadtrun's rendezvous) or "mpi" (MPI
   // messages; the geometry then comes from MPI). DADT_CONTROLLER, else "mpi" under plain mpirun.
   std::string controller = "gloo";
+  // Allreduce inside hosts, then across them (DADT_HIERARCHICAL_ALLREDUCE).
+  bool hierarchical_allreduce = false;
   // An MPI_Comm (as uintptr_t) for controller and data plane, 0 for MPI_COMM_WORLD.
   uintptr_t native_comm = 0;
   std::string iface;

@@ -32,6 +32,16 @@ StatusOr<std::unique_ptr<Backend>> MpiBackend::Create(const BackendOptions& opti
   if (!level.ok()) return level.status();
   auto comm = DupComm(options.native_comm, "mpi backend");
   if (!comm.ok()) return comm.status();
+  if (options.group_color >= 0) {  // a sub-group: split the job's communicator
+    MPI_Comm group = MPI_COMM_NULL;
+    Status s = DADT_MPI_STATUS("split", MPI_Comm_split(*comm, options.group_color, options.rank,
+                                                       &group));
+    if (s.ok()) s = DADT_MPI_STATUS("set_errhandler",
+                                    MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN));
+    MPI_Comm_free(&*comm);
+    if (!s.ok()) return s;
+    *comm = group;
+  }
   int rank = -1, size = 0;
   MPI_Comm_rank(*comm, &rank);
   MPI_Comm_size(*comm, &size);
