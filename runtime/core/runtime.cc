@@ -90,6 +90,10 @@ StatusOr<std::unique_ptr<backends::Backend>> WithHierarchy(std::unique_ptr<backe
   if (!local_backend.ok()) return local_backend.status();
   auto cross_backend = backends::BackendRegistry::Create(o.backend, cross);
   if (!cross_backend.ok()) return cross_backend.status();
+  if (o.rank == 0) {
+    DADT_LOG(INFO) << "hierarchical allreduce over " << o.cross_size << " hosts of "
+                   << o.local_size << " ranks";
+  }
   return std::unique_ptr<backends::Backend>(new backends::HierarchicalAllreduce(
       std::move(flat), std::move(*local_backend), std::move(*cross_backend), o.local_rank,
       o.local_size));
