@@ -38,7 +38,8 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
   env[env::kCrossRank] = "0";
   env[env::kCrossSize] = "1";
   env[env::kHostname] = endpoints.hostname;
-  env[env::kController] = config.controller;
+  // dadtrun's own spawner runs Gloo jobs ("auto" resolves to gloo when it gets here).
+  env[env::kController] = config.controller == "auto" ? "gloo" : config.controller;
   env[env::kRendezvousAddr] = endpoints.rendezvous_addr;
   env[env::kRendezvousPort] = std::to_string(endpoints.rendezvous_port);
   env[env::kSecret] = endpoints.secret;

@@ -108,7 +108,10 @@ TEST(CliTest, MissingCommand) {
 TEST(CliTest, UnknownFlag) {
   EXPECT_NE(ErrorOf({"--bogus", "-np", "2", "x"}).find("unknown flag '--bogus'"), std::string::npos);
   EXPECT_NE(ErrorOf({"-np", "2", "-x", "cmd"}).find("unknown flag '-x'"), std::string::npos);
-  EXPECT_NE(ErrorOf({"-np", "2", "--mpi", "cmd"}).find("'--mpi'"), std::string::npos);
+  EXPECT_NE(ErrorOf({"-np", "2", "--mpi", "--gloo", "cmd"}).find("exclude each other"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"-np", "2", "--gloo", "--mpi-args", "-x A", "cmd"}).find("--mpi-args"),
+            std::string::npos);
 }
 
 TEST(CliTest, BadTuningValues) {
