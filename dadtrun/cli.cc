@@ -24,6 +24,8 @@ struct RawFlags {
   bool autotune = false;
   std::string stall_warning_s, stall_shutdown_s;  // --stall-check-{warning,shutdown}-time-seconds
   bool no_stall_check = false;
+  bool mpi = false, check_build = false, hierarchical = false;
+  std::string mpi_args;
 };
 
 bool ParseInt64(const std::string& s, int64_t* out) {
@@ -105,7 +107,7 @@ StatusOr<LaunchConfig> Convert(const RawFlags& raw, std::vector<std::string> com
   } else {
     StatusOr<std::vector<HostSlots>> hosts = ParseHosts(raw.hosts);
     if (!hosts.ok()) return hosts.status();
-    DADT_RETURN_IF_ERROR(CheckAllLocal(*hosts, local_hostname));
+    if (!raw.mpi) DADT_RETURN_IF_ERROR(CheckAllLocal(*hosts, local_hostname));  // mpirun: any host
     c.hosts = *hosts;
     const int slots = TotalSlots(c.hosts);
     if (c.num_proc > slots) {
@@ -204,6 +206,13 @@ StatusOr<LaunchConfig> Convert(const RawFlags& raw, std::vector<std::string> com
     }
     c.stall_env.emplace_back(var, *value);
   }
+  if (raw.mpi && raw.gloo) return InvalidArgument("--mpi and --gloo exclude each other; pick one");
+  if (!raw.mpi_args.empty() && raw.gloo) {
+    return InvalidArgument("--mpi-args is for launches through mpirun; it does not apply to --gloo");
+  }
+  c.controller = raw.mpi ? "mpi" : raw.gloo ? "gloo" : "auto";
+  c.mpi_args = raw.mpi_args;
+  c.hierarchical_allreduce = raw.hierarchical;
   return c;
 }
 
@@ -219,7 +228,12 @@ std::string UsageText() {
          "flags:\n"
          "  -np, --num-proc N          number of ranks to start (required, >= 1)\n"
          "  -H, --hosts H:N[,H:N...]   hosts and slots; only this machine for now\n"
-         "  --gloo                     use the Gloo controller (the default and only one for now)\n"
+         "  --gloo                     Gloo controller and data plane; dadtrun starts the ranks\n"
+         "  --mpi                      hand the launch to mpirun: MPI controller and data plane\n"
+         "                             (neither flag: MPI when built and mpirun is on PATH, else Gloo)\n"
+         "  --mpi-args \"ARGS\"          extra arguments for mpirun, e.g. --mpi-args \"--mca btl self,vader\"\n"
+         "  --hierarchical-allreduce   allreduce inside each host, then across hosts -> DADT_HIERARCHICAL_ALLREDUCE\n"
+         "  --check-build              print the frameworks, controllers and tensor operations this build has\n"
          "  --fusion-threshold-mb MB   tensor fusion buffer size        -> DADT_FUSION_THRESHOLD (bytes)\n"
          "  --cycle-time-ms MS         negotiation cycle time           -> DADT_CYCLE_TIME\n"
          "  --cache-capacity N         response cache entries, 0 = off  -> DADT_CACHE_CAPACITY\n"
@@ -273,6 +287,10 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
   app.add_option("--stall-check-warning-time-seconds", raw.stall_warning_s);
   app.add_option("--stall-check-shutdown-time-seconds", raw.stall_shutdown_s);
   app.add_flag("--gloo", raw.gloo);
+  app.add_flag("--mpi", raw.mpi);
+  app.add_option("--mpi-args", raw.mpi_args);
+  app.add_flag("--check-build", raw.check_build);
+  app.add_flag("--hierarchical-allreduce", raw.hierarchical);
   app.add_flag("--verbose", raw.verbose);
   app.add_flag("-h,--help", raw.help);
   app.add_flag("--version", raw.version);
@@ -297,6 +315,10 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
   if (raw.version) {
     result.action = CommandLine::Action::kVersion;
     result.text = std::string("dadtrun ") + kVersion + "\n";
+    return result;
+  }
+  if (raw.check_build) {
+    result.action = CommandLine::Action::kCheckBuild;
     return result;
   }
   std::vector<std::string> command = app.remaining();

@@ -28,7 +28,9 @@ struct LaunchConfig {
   int num_proc = 0;
   std::vector<HostSlots> hosts;  // from -H, or {localhost: num_proc}
   std::vector<std::string> command;
-  std::string controller = "gloo";
+  std::string controller = "auto";  // --gloo, --mpi; "auto": MPI when built and mpirun is found
+  std::string mpi_args;             // --mpi-args, passed to mpirun as they are
+  bool hierarchical_allreduce = false;  // --hierarchical-allreduce -> DADT_HIERARCHICAL_ALLREDUCE
   bool verbose = false;
   std::optional<int64_t> fusion_threshold_bytes;  // --fusion-threshold-mb
   std::optional<double> cycle_time_ms;            // --cycle-time-ms
@@ -44,7 +46,7 @@ struct LaunchConfig {
 };
 
 struct CommandLine {
-  enum class Action { kRun, kHelp, kVersion };
+  enum class Action { kRun, kHelp, kVersion, kCheckBuild };
   Action action = Action::kRun;
   LaunchConfig config;  // valid for kRun
   std::string text;     // what to print for kHelp / kVersion

@@ -7,6 +7,7 @@
 
 #include "dadtrun/console.h"
 #include "dadtrun/local_spawner.h"
+#include "dadtrun/mpi_spawner.h"
 #include "dadtrun/output_mux.h"
 #include "dadtrun/rendezvous_server.h"
 #include "dadtrun/supervisor.h"
@@ -31,7 +32,10 @@ int Fail(const Status& s) {
 
 }  // namespace
 
-int Launch(const LaunchConfig& config) {
+int Launch(const LaunchConfig& requested) {
+  LaunchConfig config = requested;
+  config.controller = ResolveController(requested.controller);
+  if (config.controller == "mpi") return LaunchWithMpirun(config);
   // Before any thread exists, so every thread inherits the mask and Supervisor::Run can take the
   // signals with sigtimedwait; broken pipes become EPIPE instead of killing dadtrun.
   sigset_t original_mask;

@@ -38,7 +38,8 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
   env[env::kCrossRank] = "0";
   env[env::kCrossSize] = "1";
   env[env::kHostname] = endpoints.hostname;
-  env[env::kController] = config.controller;
+  // dadtrun's own spawner runs Gloo jobs ("auto" resolves to gloo when it gets here).
+  env[env::kController] = config.controller == "auto" ? "gloo" : config.controller;
   env[env::kRendezvousAddr] = endpoints.rendezvous_addr;
   env[env::kRendezvousPort] = std::to_string(endpoints.rendezvous_port);
   env[env::kSecret] = endpoints.secret;
@@ -78,6 +79,7 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
     env[env::kStartTimeout] = std::to_string(env::kDefaultStartTimeoutSeconds);
   }
   if (config.log_level) env[env::kLogLevel] = *config.log_level;
+  if (config.hierarchical_allreduce) env[env::kHierarchicalAllreduce] = "1";
 
   // Ranks sharing a host would otherwise each start one OpenMP thread per core and thrash.
   if (config.num_proc > 1 && env.find(env::kOmpNumThreads) == env.end()) {

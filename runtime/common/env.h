@@ -32,6 +32,8 @@ inline constexpr const char kTorchLocalRank[] = "LOCAL_RANK";
 inline constexpr const char kTorchLocalWorldSize[] = "LOCAL_WORLD_SIZE";
 inline constexpr const char kTorchMasterAddr[] = "MASTER_ADDR";
 inline constexpr const char kTorchMasterPort[] = "MASTER_PORT";
+// Set by Open MPI's mpirun for each rank: a plain `mpirun python train.py` uses MPI as controller.
+inline constexpr const char kOmpiWorldSize[] = "OMPI_COMM_WORLD_SIZE";
 // Set by dadtrun for each rank unless the user's environment already has them.
 inline constexpr const char kOmpNumThreads[] = "OMP_NUM_THREADS";    // 1 when ranks share a host
 inline constexpr const char kPythonUnbuffered[] = "PYTHONUNBUFFERED";  // 1, so lines show promptly
