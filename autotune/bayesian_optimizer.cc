@@ -142,12 +142,19 @@ void BayesianOptimizer::AddSample(const Eigen::VectorXd& x, double y) {
   gp_.Fit(unit_x_, ys);
   Eigen::VectorXd mean, std;
   gp_.PredictBatch(unit_x_, &mean, &std);
-  incumbent_ = (mean.maxCoeff() - gp_.y_offset()) / gp_.y_scale();
+  Eigen::Index arg;
+  incumbent_ = (mean.maxCoeff(&arg) - gp_.y_offset()) / gp_.y_scale();
+  best_by_model_ = static_cast<int>(arg);
 }
 
 const BayesianOptimizer::Sample& BayesianOptimizer::Best() const {
   DADT_CHECK_GE(best_, 0) << "Best() before any AddSample()";
   return samples_[best_];
+}
+
+BayesianOptimizer::Sample BayesianOptimizer::BestByModel() const {
+  DADT_CHECK_GE(best_by_model_, 0) << "BestByModel() before any AddSample()";
+  return {samples_[best_by_model_].x, incumbent_ * gp_.y_scale() + gp_.y_offset()};
 }
 
 Eigen::VectorXd BayesianOptimizer::UnitEi(const Eigen::MatrixXd& u) const {
