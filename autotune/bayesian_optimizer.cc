@@ -183,6 +183,11 @@ Eigen::VectorXd BayesianOptimizer::Acquisition(const Eigen::MatrixXd& u) const {
   return a;
 }
 
+double BayesianOptimizer::PosteriorMean(const Eigen::VectorXd& x) const {
+  DADT_CHECK_EQ(x.size(), dimensions());
+  return gp_.Predict(ToUnit(x)).mean;
+}
+
 double BayesianOptimizer::ExpectedImprovement(const Eigen::VectorXd& x) const {
   DADT_CHECK_EQ(x.size(), dimensions());
   return UnitEi(ToUnit(x).transpose())[0] * gp_.y_scale();

@@ -74,6 +74,9 @@ class BayesianOptimizer {
   // posterior mean there, in the units of y. Requires num_samples() > 0.
   Sample BestByModel() const;
 
+  // The posterior mean at x (box units), in the units of y.
+  double PosteriorMean(const Eigen::VectorXd& x) const;
+
   // Expected improvement at x (box units) under the current fit, in the units of y. 0 where the
   // GP is certain that x is no better than the incumbent.
   double ExpectedImprovement(const Eigen::VectorXd& x) const;

@@ -241,16 +241,20 @@ void ParameterManager::Settle() {
   while (optimizer_->samples()[index].x != best.x) ++index;
   const Params chosen = FromVector(best.x);
   const double estimate = best.y * reference_score_ / 100.0;
-  const double measured = scores_[index], initial_score = scores_.front();
+  const double measured = scores_[index];
+  // The initial setting by the same model, so that the gain compares like with like.
+  const double initial_estimate =
+      optimizer_->PosteriorMean(optimizer_->samples().front().x) * reference_score_ / 100.0;
   Move(chosen);
   tuning_ = false;
   WriteRow("best", chosen, estimate);
   char buf[200];
   std::snprintf(buf, sizeof(buf),
-                " score=%.4g B/s (model estimate; sample %d measured %.4g B/s; initial setting "
-                "%.4g B/s, %+.1f%%)",
-                estimate, index, measured, initial_score,
-                initial_score > 0 ? 100.0 * (estimate / initial_score - 1.0) : 0.0);
+                " model estimate %.4g B/s vs %.4g B/s for the initial setting (%+.1f%%); measured "
+                "%.4g B/s (sample %d)",
+                estimate, initial_estimate,
+                initial_estimate > 0 ? 100.0 * (estimate / initial_estimate - 1.0) : 0.0, measured,
+                index);
   summary_ = "autotune: chose " + ToString(chosen) + " after " +
              std::to_string(optimizer_->num_samples()) + " samples;" + buf;
   if (options_.on_done) {

@@ -59,9 +59,11 @@ def parse_args(argv=None):
     p.add_argument("--plot", default=os.path.join(REPO, "docs", "images", "autotune_search.png"),
                    help="where to save the search plot (default docs/images/autotune_search.png)")
     p.add_argument("--np", type=int, default=2, help="ranks (default 2)")
-    p.add_argument("--rounds", type=int, default=None, help="comparison rounds (7; quick 3)")
-    p.add_argument("--settle-steps", type=int, default=3, help="untimed steps after each switch (3)")
-    p.add_argument("--timed-steps", type=int, default=None, help="timed steps per setting and round (15; quick 8)")
+    p.add_argument("--rounds", type=int, default=None, help="grid rounds (5; quick 2)")
+    p.add_argument("--head-to-head", type=int, default=None,
+                   help="head-to-head rounds of best grid point, autotune, default (24; quick 6)")
+    p.add_argument("--settle-steps", type=int, default=2, help="untimed steps after each switch (2)")
+    p.add_argument("--timed-steps", type=int, default=6, help="timed steps per setting and round (6)")
     p.add_argument("--autotune-warmup-samples", type=int, default=2)
     p.add_argument("--autotune-steps-per-sample", type=int, default=10)
     p.add_argument("--autotune-bayes-opt-max-samples", type=int, default=20)
@@ -156,28 +158,40 @@ def worker(args):
     chosen = dt.broadcast(chosen, root_rank=0, name="bench.chosen")
     settings = settings_to_compare(args) + [("autotune", float(chosen[0]), float(chosen[1]))]
 
-    # 2. Comparison: every setting in each round, in a fresh shuffled order per round.
+    def measure(f_mib, c_ms):
+        """Applies a setting, trains settle steps, returns samples/s over the timed steps (per rank)."""
+        dt.set_fusion_params(fusion_threshold_bytes=int(round(f_mib * MiB)), cycle_time_ms=c_ms)
+        for _ in range(args.settle_steps):
+            step()
+        t = time.perf_counter()
+        for _ in range(args.timed_steps):
+            step()
+        return dt.size() * BATCH * args.timed_steps / (time.perf_counter() - t)
+
+    # 2. Grid rounds: every setting once per round, in a fresh shuffled order per round.
     per_round = {label: [] for label, _, _ in settings}
     order_rng = random.Random(2024)
     for _ in range(args.rounds):
         order = list(settings)
         order_rng.shuffle(order)
         for label, f_mib, c_ms in order:
-            dt.set_fusion_params(fusion_threshold_bytes=int(round(f_mib * MiB)), cycle_time_ms=c_ms)
-            for _ in range(args.settle_steps):
-                step()
-            t = time.perf_counter()
-            for _ in range(args.timed_steps):
-                step()
-            per_round[label].append(dt.size() * BATCH * args.timed_steps / (time.perf_counter() - t))
+            per_round[label].append(measure(f_mib, c_ms))
+    # 3. Head to head: the best grid point (rank 0's medians decide, for every rank), autotune's
+    # choice and the default, back to back in a rotating order, many short times. Neighbours in
+    # time share the machine's load, so their ratio is far steadier than that of two medians.
+    grid_labels = [label for label, _, _ in settings if label.startswith("grid ")]
+    pick = torch.tensor([max(range(len(grid_labels)),
+                             key=lambda i: statistics.median(per_round[grid_labels[i]]))])
+    pick = int(dt.broadcast(pick, root_rank=0, name="bench.best_grid").item())
+    where = {label: (f, c) for label, f, c in settings}
+    trio = [grid_labels[pick], "autotune", "default"]
+    head = {label: [] for label in trio}
+    for r in range(args.head_to_head):
+        for label in trio[r % 3:] + trio[:r % 3]:
+            head[label].append(measure(*where[label]))
     if dt.rank() == 0:
         out = {"settings": [[label, f, c] for label, f, c in settings], "per_round": per_round,
-               "params": sum(p.numel() for p in model.parameters()),
-               "tensors": sum(1 for _ in model.parameters()),
-               "tensor_bytes": sorted({p.numel() * 4 for p in model.parameters()}),
-               "tune_steps": steps, "tune_seconds": tune_seconds, "np": dt.size()}
-        with open(args.result, "w") as f:
-            json.dump(out, f)
+               "head_to_head": head, "best_grid": grid_labels[pick],
     dt.shutdown()
 
 
@@ -186,18 +200,21 @@ def worker(args):
 # ----------------------------------------------------------------------------------------------
 
 def summarize(result):
-    """Medians per setting, the best grid point, and autotune's ratios to it."""
-    per_round = result["per_round"]
-    med = {label: statistics.median(v) for label, v in per_round.items()}
-    grid_labels = [label for label, _, _ in result["settings"] if label.startswith("grid ")]
-    best = max(grid_labels, key=lambda label: med[label])
-    paired = [a / b for a, b in zip(per_round["autotune"], per_round[best])]
-    return {"median": med, "best_grid": best, "ratio": med["autotune"] / med[best],
-            "paired_ratio": statistics.median(paired), "paired": paired}
+    """Grid-round medians, and autotune's ratio to the best grid point head to head."""
+    med = {label: statistics.median(v) for label, v in result["per_round"].items()}
+    best = result["best_grid"]
+    head = result["head_to_head"]
+    paired = [a / b for a, b in zip(head["autotune"], head[best])]
+    paired_default = [a / b for a, b in zip(head["default"], head[best])]
+    return {"median": med, "best_grid": best, "paired": paired, "ratio": statistics.median(paired),
+            "default_ratio": statistics.median(paired_default),
+            "head_median": {label: statistics.median(v) for label, v in head.items()}}
 
 
 def tune_flags(args, csv_path):
-    flags = ["--autotune", "--autotune-log-file", csv_path,
+    # The response cache is held at its default (on): the grid covers fusion x cycle only, so the
+    # tuner searches the same two knobs.
+    flags = ["--cache-capacity", "1024", "--autotune", "--autotune-log-file", csv_path,
              "--autotune-warmup-samples", str(args.autotune_warmup_samples),
              "--autotune-steps-per-sample", str(args.autotune_steps_per_sample),
              "--autotune-bayes-opt-max-samples", str(args.autotune_bayes_opt_max_samples)]
@@ -226,21 +243,19 @@ def plot(args, result, summary, samples, path):
         ax.annotate(f"{v:.2f}", (fx(f), c), textcoords="offset points", xytext=(0, -16), ha="center",
                     fontsize=7, color="dimgrey", zorder=2)
     fig.colorbar(bg, ax=ax, label="grid point: median throughput / best grid point", pad=0.01)
-    scores = [s[2] for s in samples]
-    lo, hi = min(scores), max(scores)
-    sc = ax.scatter([fx(s[0]) for s in samples], [s[1] for s in samples],
-                    c=[(s - lo) / (hi - lo) if hi > lo else 1.0 for s in samples], cmap="viridis", s=55,
-                    edgecolors="k", linewidths=0.5, zorder=3)
-    for i, s in enumerate(samples):
-        ax.annotate(str(i), (fx(s[0]), s[1]), textcoords="offset points", xytext=(4, 4), fontsize=7, zorder=4)
+    ax.scatter([fx(f) for f, _, _ in samples], [c for _, c, _ in samples], c=[v for _, _, v in samples],
+               cmap="viridis", s=55, edgecolors="k", linewidths=0.5, zorder=3)
+    for i, (f, c, _) in enumerate(samples):
+        ax.annotate(str(i), (fx(f), c), textcoords="offset points", xytext=(4, 4), fontsize=7, zorder=4)
     bf, bc = where[best_label]
     ax.scatter([fx(bf)], [bc], marker="s", s=300, facecolors="none", edgecolors="red", linewidths=2,
                zorder=5, label=f"best grid point ({bf:g} MiB, {bc:g} ms)")
     cf, cc = where["autotune"]
     ax.scatter([fx(cf)], [cc], marker="*", s=300, c="orange", edgecolors="k", zorder=6,
-               label=f"autotune chose ({cf:.2f} MiB, {cc:.2f} ms): {100 * summary['ratio']:.1f}% of best grid")
+               label=f"autotune chose ({cf:.2f} MiB, {cc:.2f} ms): {100 * summary['ratio']:.1f}% of best grid "
+                     "point head to head")
     ax.scatter([fx(DEFAULT[0])], [DEFAULT[1]], marker="D", s=60, facecolors="none", edgecolors="blue",
-               zorder=5, label=f"default (128 MiB, 1 ms): {100 * med['default'] / med[best_label]:.1f}%")
+               zorder=5, label=f"default (128 MiB, 1 ms): {100 * summary['default_ratio']:.1f}% head to head")
     ticks = [0, 0.25, 1, 4, 16, 64, 128]
     ax.set_xticks([fx(t) for t in ticks])
     ax.set_xticklabels([f"{t:g}" for t in ticks])
@@ -271,12 +286,13 @@ def driver(args):
     flags = tune_flags(args, csv_path)
     cmd = [dadtrun, "--gloo", "-np", str(args.np), *flags, sys.executable, os.path.abspath(__file__),
            "--worker", "--result", result_path, "--tune-log", csv_path, "--rounds", str(args.rounds),
-           "--settle-steps", str(args.settle_steps), "--timed-steps", str(args.timed_steps)]
+           "--head-to-head", str(args.head_to_head), "--settle-steps", str(args.settle_steps), "--timed-steps", str(args.timed_steps)]
     if args.quick:
         cmd.append("--quick")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DADT_")}  # only our flags count
     n_settings = len(settings_to_compare(args)) + 1
-    print(f"autotune_bench: 1 job, tuning then {args.rounds} rounds x {n_settings} settings; logs in {tmp}",
+    print(f"autotune_bench: 1 job: tuning, {args.rounds} grid rounds x {n_settings} settings, "
+          f"{args.head_to_head} head-to-head rounds; logs in {tmp}",
           file=sys.stderr, flush=True)
     t_start = time.time()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
@@ -292,42 +308,52 @@ def driver(args):
     samples, best_row = read_tuner_log(csv_path)
     line = next((ln.strip() for ln in proc.stderr.splitlines() if "autotune: chose" in ln), "")
     line = line[line.find("autotune: chose"):] if line else ""
-    s = summarize(result)
-    med, best = s["median"], s["best_grid"]
+    summary = summarize(result)
+    med, best, hm = summary["median"], summary["best_grid"], summary["head_median"]
+    where = {label: (f, c) for label, f, c in result["settings"]}
 
     print(f"## autotune_bench ({'quick' if args.quick else 'full'})\n")
     sizes = result["tensor_bytes"]
     print(f"Workload: {len(LAYERS) - 1}-layer MLP, {result['params']:,} parameters in {result['tensors']} "
           f"gradient tensors ({sizes[0]:,} B .. {sizes[-1] // 1024} KiB), batch {BATCH} per rank, "
-          f"`dadtrun --gloo -np {result['np']}`, SGD, 1 thread per rank, one job.")
+          f"`dadtrun --gloo -np {result['np']}`, SGD, 1 thread per rank, one job (wall time {wall:.0f} s).")
     shown = ' '.join(f for f in flags if f != csv_path).replace('--autotune-log-file', '--autotune-log-file F.csv')
     print(f"Tuning: `{shown}`: settled after {result['tune_steps']} steps ({result['tune_seconds']:.0f} s). "
-          f"Comparison: {args.rounds} rounds, each setting in shuffled order per round, "
-          f"{args.settle_steps} untimed + {args.timed_steps} timed steps per setting and round; "
-          f"medians over rounds. Wall time {wall:.0f} s.\n")
-    print("| setting | fusion threshold | cycle time | throughput (samples/s, median) | ratio to best grid point |")
+          f"Then every setting switched in-process (`dadt.set_fusion_params`), {args.settle_steps} untimed + "
+          f"{args.timed_steps} timed steps per measurement: {args.rounds} grid rounds (shuffled order), "
+          f"then {args.head_to_head} head-to-head rounds of best grid point, autotune and default "
+          f"(rotating order).\n")
+    print(f"Grid rounds (median over {args.rounds} rounds):\n")
+    print("| setting | fusion threshold | cycle time | samples/s (median) | ratio to best grid point |")
     print("|---|---:|---:|---:|---:|")
     for label, f, c in result["settings"]:
         name = {"default": "default (no flags)", "autotune": "**autotune** (chosen)"}.get(label, "grid")
         if label == best:
             name = "grid **(best grid point)**"
         print(f"| {name} | {f:.2f} MiB | {c:.2f} ms | {med[label]:.1f} | {med[label] / med[best]:.3f} |")
-    print(f"\nautotune / best grid point in the same round (median over {args.rounds} rounds): "
-          f"{s['paired_ratio']:.3f} (rounds: {', '.join(f'{r:.3f}' for r in s['paired'])})")
-    print(f"\nautotune reaches {100 * s['ratio']:.1f}% of the best grid point after {len(samples)} samples")
+    bf, bc = where[best]
+    cf, cc = where["autotune"]
+    print(f"\nHead to head (median over {args.head_to_head} rounds; ratio = median of the per-round ratios):\n")
+    print("| setting | samples/s (median) | ratio to best grid point |")
+    print("|---|---:|---:|")
+    print(f"| best grid point ({bf:g} MiB, {bc:g} ms) | {hm[best]:.1f} | 1.000 |")
+    print(f"| **autotune** ({cf:.2f} MiB, {cc:.2f} ms) | {hm['autotune']:.1f} | {summary['ratio']:.3f} |")
+    print(f"| default (128 MiB, 1 ms) | {hm['default']:.1f} | {summary['default_ratio']:.3f} |")
+    print(f"\nper-round ratios autotune / best grid point: {', '.join(f'{r:.2f}' for r in summary['paired'])}")
+    print(f"\nautotune reaches {100 * summary['ratio']:.1f}% of the best grid point after {len(samples)} samples")
     if line:
         print(f"\nrank 0's summary: `{line}`")
     print(f"\nCSV log: {csv_path}")
-    plot(args, result, s, samples, args.plot)
+    plot(args, result, summary, samples, args.plot)
     print(f"plot: {args.plot}")
 
 
 def main(argv=None):
     args = parse_args(argv)
     if args.rounds is None:
-        args.rounds = 3 if args.quick else 7
-    if args.timed_steps is None:
-        args.timed_steps = 8 if args.quick else 15
+        args.rounds = 2 if args.quick else 5
+    if args.head_to_head is None:
+        args.head_to_head = 6 if args.quick else 24
     if args.worker:
         worker(args)
     else:
