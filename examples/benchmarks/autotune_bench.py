@@ -12,21 +12,28 @@ torch.set_num_threads(1), fixed seeds. It does, in order:
 
   1. Tuning: trains until the autotuner has settled (rank 0 sees the `best` row of its CSV log;
      all ranks agree by allreduce). This costs (warm-up + max samples) x steps per sample steps.
-  2. Comparison, in `--rounds` rounds: every setting below is applied in-process with
+  2. Grid rounds (`--rounds`): every setting below is applied in-process with
      dadt.set_fusion_params (rank 0's coordinator switches before its next negotiation round),
-     trained for a few untimed steps, then timed over `--timed-steps` steps. The order of the
-     settings is shuffled in each round (same seed on every rank), so that slow drift of the
-     machine hits all of them alike. Settings:
+     trained for `--settle-steps` untimed steps, then timed over `--timed-steps` steps. The order
+     of the settings is shuffled in each round (same seed on every rank). Settings:
        (a) default: 128 MiB, 1 ms (dadt's defaults, what a job without flags runs);
        (b) every point of the grid fusion threshold x cycle time;
        (c) autotune: the setting the tuner chose in step 1.
+     The best grid point is the one with the highest median over the rounds.
+  3. Head to head (`--head-to-head` rounds): the best grid point, autotune's choice and the
+     default, measured the same way, back to back in a rotating order. Measurements next to each
+     other in time share the machine's load, so their ratio is far steadier than a ratio of two
+     medians taken minutes apart; and re-measuring the best grid point removes the upward bias of
+     having picked it as the maximum of many noisy medians.
 
-Throughput is global samples/s = ranks x batch x timed steps / wall time on rank 0, per round. The
-table gives each setting's median over the rounds, its ratio to the best grid point (the grid point
-with the highest median), and the median over rounds of the same-round ratio autotune / best grid
-point. It prints "autotune reaches X% of the best grid point after N samples" and draws the search
-(the tuner's samples on the fusion/cycle plane, coloured by score; grid medians as a background;
-best grid point and the chosen point marked) to --plot.
+Throughput is global samples/s = ranks x batch / median step time over a measurement's timed
+steps on rank 0 (the median, so that a step preempted by another process on a shared machine does
+not count as the setting's fault). The headline,
+"autotune reaches X% of the best grid point after N samples", is the median over the head-to-head
+rounds of the per-round ratio autotune / best grid point. The grid table gives the medians of the
+grid rounds. The plot (--plot) shows the tuner's samples on the fusion/cycle plane (log fusion
+axis, as the tuner sees it), coloured by score, over the grid's medians, with the best grid point,
+the chosen point and the default marked.
 """
 import argparse
 import csv
@@ -63,7 +70,7 @@ def parse_args(argv=None):
     p.add_argument("--head-to-head", type=int, default=None,
                    help="head-to-head rounds of best grid point, autotune, default (24; quick 6)")
     p.add_argument("--settle-steps", type=int, default=2, help="untimed steps after each switch (2)")
-    p.add_argument("--timed-steps", type=int, default=6, help="timed steps per setting and round (6)")
+    p.add_argument("--timed-steps", type=int, default=7, help="timed steps per setting and round (7)")
     p.add_argument("--autotune-warmup-samples", type=int, default=2)
     p.add_argument("--autotune-steps-per-sample", type=int, default=10)
     p.add_argument("--autotune-bayes-opt-max-samples", type=int, default=20)
@@ -159,14 +166,16 @@ def worker(args):
     settings = settings_to_compare(args) + [("autotune", float(chosen[0]), float(chosen[1]))]
 
     def measure(f_mib, c_ms):
-        """Applies a setting, trains settle steps, returns samples/s over the timed steps (per rank)."""
+        """Applies a setting, trains settle steps, returns samples/s from the median timed step."""
         dt.set_fusion_params(fusion_threshold_bytes=int(round(f_mib * MiB)), cycle_time_ms=c_ms)
         for _ in range(args.settle_steps):
             step()
-        t = time.perf_counter()
+        times = []
         for _ in range(args.timed_steps):
+            t = time.perf_counter()
             step()
-        return dt.size() * BATCH * args.timed_steps / (time.perf_counter() - t)
+            times.append(time.perf_counter() - t)
+        return dt.size() * BATCH / statistics.median(times)
 
     # 2. Grid rounds: every setting once per round, in a fresh shuffled order per round.
     per_round = {label: [] for label, _, _ in settings}
@@ -192,6 +201,12 @@ def worker(args):
     if dt.rank() == 0:
         out = {"settings": [[label, f, c] for label, f, c in settings], "per_round": per_round,
                "head_to_head": head, "best_grid": grid_labels[pick],
+               "params": sum(p.numel() for p in model.parameters()),
+               "tensors": sum(1 for _ in model.parameters()),
+               "tensor_bytes": sorted({p.numel() * 4 for p in model.parameters()}),
+               "tune_steps": steps, "tune_seconds": tune_seconds, "np": dt.size()}
+        with open(args.result, "w") as f:
+            json.dump(out, f)
     dt.shutdown()
 
 
@@ -320,7 +335,7 @@ def driver(args):
     shown = ' '.join(f for f in flags if f != csv_path).replace('--autotune-log-file', '--autotune-log-file F.csv')
     print(f"Tuning: `{shown}`: settled after {result['tune_steps']} steps ({result['tune_seconds']:.0f} s). "
           f"Then every setting switched in-process (`dadt.set_fusion_params`), {args.settle_steps} untimed + "
-          f"{args.timed_steps} timed steps per measurement: {args.rounds} grid rounds (shuffled order), "
+          f"{args.timed_steps} timed steps per measurement (samples/s from the median step time): {args.rounds} grid rounds (shuffled order), "
           f"then {args.head_to_head} head-to-head rounds of best grid point, autotune and default "
           f"(rotating order).\n")
     print(f"Grid rounds (median over {args.rounds} rounds):\n")
