@@ -30,15 +30,15 @@
 // Sampling: a sample is `steps_per_sample` consecutive Update() calls at one setting; its score
 // is sum(bytes) / sum(seconds), bytes per second. The first `warmup_samples` samples (at the
 // initial setting, while caches and allocators settle) are discarded. The first scored sample
-// measures the initial setting (clamped into the box), so the result is never worse than a
-// measured baseline; after each scored sample the optimizer proposes the next setting, seeing
-// scores in percent of that first one (the unit of gp_noise). gp_noise is a floor for the GP's
-// noise variance: each sample's steps also measure it (the relative variance of their mean rate;
-// the median over samples, warm-up included, is used when larger), and the GP may fit up to 4x
-// that by marginal likelihood, for drift between samples. After `max_samples` scored samples (or every flag combination once, when only
-// flags are tuned) the manager settles on the sampled setting with the best posterior mean (not
-// the best single score, which favours the luckiest draw), logs ONE line (options.on_done, else
-// DADT_LOG(INFO)) and stops tuning; Update() is then a no-op.
+// measures the initial setting (clamped into the box), so the model always knows the baseline it
+// has to beat; after each scored sample the optimizer proposes the next setting, seeing scores
+// in percent of that first one (the unit of gp_noise). gp_noise is a floor for the GP's noise
+// variance: each sample's steps also measure it (the relative variance of their mean rate; the
+// median over samples, warm-up included, is used when larger), and the GP may fit up to 4x that
+// by marginal likelihood, for drift between samples. After `max_samples` scored samples (or every
+// flag combination once, when only flags are tuned) the manager settles on the sampled setting
+// with the best posterior mean (not the best single score, which favours the luckiest draw), logs
+// ONE line (options.on_done, else DADT_LOG(INFO)) and stops tuning; Update() is then a no-op.
 //
 // Runtime integration (rank 0's loop thread; the only thread that touches this object):
 //   - construct at init when DADT_AUTOTUNE is on: initial = the effective knobs, fixed = which of

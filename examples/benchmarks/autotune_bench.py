@@ -274,6 +274,8 @@ def plot(args, result, summary, samples, path):
     ticks = [0, 0.25, 1, 4, 16, 64, 128]
     ax.set_xticks([fx(t) for t in ticks])
     ax.set_xticklabels([f"{t:g}" for t in ticks])
+    ax.set_xlim(-0.8, fx(128) + 0.8)
+    ax.set_ylim(0.7, 140)
     ax.set_yscale("log")
     ax.set_yticks([1, 3, 10, 30, 100])
     ax.set_yticklabels(["1", "3", "10", "30", "100"])
