@@ -13,6 +13,10 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 constexpr double kPriorLength = 0.4;  // unit-cube units
+// Width (in e-folds) of the log-normal prior on the noise multiplier, centred on 1: the fit
+// raises the noise above GpOptions::noise only when the samples clearly ask for it (e.g. two
+// near-identical settings with very different scores).
+constexpr double kNoisePriorWidth = 2.3;
 
 double Middle(const std::vector<double>& grid) { return grid[grid.size() / 2]; }
 
@@ -135,7 +139,8 @@ void GaussianProcess::Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y) {
     // with a handful of samples the likelihood is flat in it and would otherwise pick the
     // shortest, which makes the model forget everything between the samples.
     const double z = std::log(h.length / kPriorLength);
-    const double score = lml - 0.5 * z * z;
+    const double w = options_.noise > 0 ? std::log(h.noise / options_.noise) / kNoisePriorWidth : 0;
+    const double score = lml - 0.5 * z * z - 0.5 * w * w;
     if (score > best) {
       best = score;
       lml_ = lml;

@@ -126,9 +126,10 @@ ParameterManager::ParameterManager(ParameterManagerOptions options)
   BayesOptOptions bo;
   bo.gp.noise = options_.gp_noise;
   // The noise floor is max(gp_noise, what the steps of each sample say: NoiseVariance()); the GP
-  // may fit up to 4x that, for drift between samples that no single sample shows. How noisy the
-  // samples are depends on the machine and its load, which the user rarely knows.
-  bo.gp.noise_multipliers = {1, 2, 4};
+  // may fit up to 256x that (with a prior that favours the floor), for load that changes between
+  // samples and that no single sample shows. How noisy the samples are depends on the machine and
+  // its load, which the user rarely knows.
+  bo.gp.noise_multipliers = {1, 2, 4, 8, 16, 32, 64, 128, 256};
   bo.seed = options_.seed;
   optimizer_ = std::make_unique<BayesianOptimizer>(std::move(dims), bo);
   tuning_ = true;

@@ -34,7 +34,7 @@
 // has to beat; after each scored sample the optimizer proposes the next setting, seeing scores
 // in percent of that first one (the unit of gp_noise). gp_noise is a floor for the GP's noise
 // variance: each sample's steps also measure it (the relative variance of their mean rate; the
-// median over samples, warm-up included, is used when larger), and the GP may fit up to 4x that
+// median over samples, warm-up included, is used when larger), and the GP may fit up to 256x that
 // by marginal likelihood, for drift between samples. After `max_samples` scored samples (or every
 // flag combination once, when only flags are tuned) the manager settles on the sampled setting
 // with the best posterior mean (not the best single score, which favours the luckiest draw), logs
