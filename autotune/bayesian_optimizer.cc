@@ -142,12 +142,19 @@ void BayesianOptimizer::AddSample(const Eigen::VectorXd& x, double y) {
   gp_.Fit(unit_x_, ys);
   Eigen::VectorXd mean, std;
   gp_.PredictBatch(unit_x_, &mean, &std);
-  incumbent_ = (mean.maxCoeff() - gp_.y_offset()) / gp_.y_scale();
+  Eigen::Index arg;
+  incumbent_ = (mean.maxCoeff(&arg) - gp_.y_offset()) / gp_.y_scale();
+  best_by_model_ = static_cast<int>(arg);
 }
 
 const BayesianOptimizer::Sample& BayesianOptimizer::Best() const {
   DADT_CHECK_GE(best_, 0) << "Best() before any AddSample()";
   return samples_[best_];
+}
+
+BayesianOptimizer::Sample BayesianOptimizer::BestByModel() const {
+  DADT_CHECK_GE(best_by_model_, 0) << "BestByModel() before any AddSample()";
+  return {samples_[best_by_model_].x, incumbent_ * gp_.y_scale() + gp_.y_offset()};
 }
 
 Eigen::VectorXd BayesianOptimizer::UnitEi(const Eigen::MatrixXd& u) const {
@@ -174,6 +181,11 @@ Eigen::VectorXd BayesianOptimizer::Acquisition(const Eigen::MatrixXd& u) const {
     if (MinDistanceToSamples(u.row(i).transpose()) < kMinSeparation) a[i] = -1;
   }
   return a;
+}
+
+double BayesianOptimizer::PosteriorMean(const Eigen::VectorXd& x) const {
+  DADT_CHECK_EQ(x.size(), dimensions());
+  return gp_.Predict(ToUnit(x)).mean;
 }
 
 double BayesianOptimizer::ExpectedImprovement(const Eigen::VectorXd& x) const {

@@ -9,7 +9,7 @@
 //     Eigen::VectorXd x = opt.NextSample();     // in the box's own units
 //     opt.AddSample(x, Measure(x));             // larger is better
 //   }
-//   BayesianOptimizer::Sample best = opt.Best();
+//   BayesianOptimizer::Sample best = opt.BestByModel();   // or Best(): highest observed y
 //
 // A dimension marked categorical takes the integer levels lower, lower+1, ..., upper only (a
 // boolean knob is {0, 1}); NextSample never proposes anything in between.
@@ -63,10 +63,19 @@ class BayesianOptimizer {
   // Records f(x) = y and refits the GP (cheap: n is a few dozen at most). x is clamped to the box
   // and categorical coordinates are rounded to their nearest level.
   void AddSample(const Eigen::VectorXd& x, double y);
+  // Changes the GP's observation-noise variance (GpOptions::noise) from the next AddSample on.
+  void set_noise(double noise) { gp_.set_noise(noise); }
   // The next point to evaluate, in the box's units.
   Eigen::VectorXd NextSample();
   // The sample with the highest observed y. Requires num_samples() > 0.
   const Sample& Best() const;
+  // The sampled point whose posterior mean is highest: the noise-aware choice, since with noisy
+  // samples the highest observed y is biased upwards (the luckiest draw wins). Its `y` is the
+  // posterior mean there, in the units of y. Requires num_samples() > 0.
+  Sample BestByModel() const;
+
+  // The posterior mean at x (box units), in the units of y.
+  double PosteriorMean(const Eigen::VectorXd& x) const;
 
   // Expected improvement at x (box units) under the current fit, in the units of y. 0 where the
   // GP is certain that x is no better than the incumbent.
@@ -99,6 +108,7 @@ class BayesianOptimizer {
   Eigen::MatrixXd unit_x_;  // samples in the unit cube, one per row
   double incumbent_ = 0;    // best posterior mean at a sample, standardised
   int best_ = -1;
+  int best_by_model_ = -1;  // the sample where that mean is
 };
 
 }  // namespace autotune

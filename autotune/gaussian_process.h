@@ -21,7 +21,8 @@
 //     differences near the optimum drown in it. ParameterManager feeds scores in percent of the
 //     initial setting's throughput, so its default 0.8 means ~0.9% measurement jitter: plausible
 //     for the mean of 10 training steps; noisier jobs should raise it.
-//   - Fit picks the length-scale, s2 and the categorical correlation from small grids by
+//   - Fit picks the length-scale, s2, the categorical correlation (and, with noise_multipliers,
+//     the noise) from small grids by
 //     maximising the log marginal likelihood plus a weak log-normal prior on the length-scale
 //     (a few hundred Cholesky factorisations of an n x n matrix, n <= ~30: well under 1 ms).
 //
@@ -50,6 +51,10 @@ struct GpOptions {
   // Observation-noise variance in the units of y squared (see the banner); >= 0. Tests use a
   // tiny value to check interpolation.
   double noise = 0.8;
+  // Multipliers of `noise` that Fit tries along with the other hyperparameters, keeping the one
+  // with the highest marginal likelihood: {1} uses `noise` as given; {1, 2, 4, ...} treats it as
+  // a floor and lets the samples say how noisy they are (when noise > 0).
+  std::vector<double> noise_multipliers = {1};
   // Which input coordinates are categorical (compared for equality only); empty: none.
   std::vector<bool> categorical;
   // Grids searched on the log marginal likelihood; a single value fixes that hyperparameter.
@@ -71,6 +76,9 @@ class GaussianProcess {
   // previous fit. n == 0 resets to the prior (mean 0, std sqrt(signal variance)).
   void Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y);
 
+  // Changes GpOptions::noise (>= 0) for the next Fit.
+  void set_noise(double noise);
+
   Prediction Predict(const Eigen::VectorXd& x) const;
   // Batched form: one prediction per row of `x`, written to `mean` and `std` (resized to rows).
   void PredictBatch(const Eigen::MatrixXd& x, Eigen::VectorXd* mean, Eigen::VectorXd* std) const;
@@ -79,6 +87,8 @@ class GaussianProcess {
   double length_scale() const { return length_scale_; }
   double signal_variance() const { return signal_variance_; }
   double category_correlation() const { return rho_; }
+  // The observation-noise variance Fit chose (noise x the chosen multiplier), units of y squared.
+  double noise() const { return noise_; }
   double log_marginal_likelihood() const { return lml_; }
   // The standardisation applied to y: y' = (y - y_offset()) / y_scale().
   double y_offset() const { return y_offset_; }
@@ -87,6 +97,7 @@ class GaussianProcess {
  private:
   struct Hyper {
     double length, variance, rho;
+    double noise = 0;  // observation-noise variance on y'
   };
   Eigen::MatrixXd Kernel(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b, const Hyper& h) const;
   // Factorises K + noise I (on y'); false if it is not positive definite even with jitter.
@@ -101,6 +112,7 @@ class GaussianProcess {
   double length_scale_;
   double signal_variance_;
   double rho_ = 1;
+  double noise_ = 0;
   double lml_ = 0;
   double y_offset_ = 0;
   double y_scale_ = 1;

@@ -15,6 +15,12 @@ namespace autotune {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
+// The optimizer sees the fusion threshold on a log scale (see the header),
+// log2(1 + bytes / kFusionScaleBytes).
+constexpr double kFusionScaleBytes = 64.0 * 1024;
+
+double FusionToAxis(double bytes) { return std::log2(1.0 + bytes / kFusionScaleBytes); }
+double AxisToFusion(double t) { return kFusionScaleBytes * (std::exp2(t) - 1.0); }
 constexpr uint8_t kWireVersion = 1;
 constexpr size_t kWireSize = 18;
 constexpr uint8_t kCacheBit = 1;
@@ -107,7 +113,7 @@ ParameterManager::ParameterManager(ParameterManagerOptions options)
   changed_ = current_ != options_.initial;
 
   std::vector<Dimension> dims;
-  if (tune_fusion_) dims.push_back({0, kMaxFusionThresholdBytes / kMiB, false});
+  if (tune_fusion_) dims.push_back({0, FusionToAxis(kMaxFusionThresholdBytes), false});
   if (tune_cycle_) dims.push_back({kMinCycleTimeMs, kMaxCycleTimeMs, false});
   if (tune_cache_) dims.push_back({0, 1, true});
   if (tune_hierarchical_) dims.push_back({0, 1, true});
@@ -119,6 +125,11 @@ ParameterManager::ParameterManager(ParameterManagerOptions options)
 
   BayesOptOptions bo;
   bo.gp.noise = options_.gp_noise;
+  // The noise floor is max(gp_noise, what the steps of each sample say: NoiseVariance()); the GP
+  // may fit up to 256x that (with a prior that favours the floor), for load that changes between
+  // samples and that no single sample shows. How noisy the samples are depends on the machine and
+  // its load, which the user rarely knows.
+  bo.gp.noise_multipliers = {1, 2, 4, 8, 16, 32, 64, 128, 256};
   bo.seed = options_.seed;
   optimizer_ = std::make_unique<BayesianOptimizer>(std::move(dims), bo);
   tuning_ = true;
@@ -141,7 +152,7 @@ ParameterManager::ParameterManager(ParameterManagerOptions options)
 Eigen::VectorXd ParameterManager::ToVector(const Params& p) const {
   Eigen::VectorXd x(optimizer_->dimensions());
   int i = 0;
-  if (tune_fusion_) x[i++] = p.fusion_threshold_bytes / kMiB;
+  if (tune_fusion_) x[i++] = FusionToAxis(static_cast<double>(p.fusion_threshold_bytes));
   if (tune_cycle_) x[i++] = p.cycle_time_ms;
   if (tune_cache_) x[i++] = p.response_cache ? 1 : 0;
   if (tune_hierarchical_) x[i++] = p.hierarchical_allreduce ? 1 : 0;
@@ -151,8 +162,14 @@ Eigen::VectorXd ParameterManager::ToVector(const Params& p) const {
 Params ParameterManager::FromVector(const Eigen::VectorXd& x) const {
   Params p = current_;  // fixed knobs keep their values
   int i = 0;
-  if (tune_fusion_) p.fusion_threshold_bytes = std::llround(x[i++] * kMiB);
-  if (tune_cycle_) p.cycle_time_ms = std::round(x[i++] * 1000) / 1000;  // to the microsecond
+  if (tune_fusion_) {
+    p.fusion_threshold_bytes = std::clamp<int64_t>(std::llround(AxisToFusion(x[i++])), 0,
+                                                   kMaxFusionThresholdBytes);
+  }
+  if (tune_cycle_) {  // to the microsecond
+    p.cycle_time_ms = std::clamp(std::round(x[i++] * 1000) / 1000, kMinCycleTimeMs,
+                                 kMaxCycleTimeMs);
+  }
   if (tune_cache_) p.response_cache = x[i++] > 0.5;
   if (tune_hierarchical_) p.hierarchical_allreduce = x[i++] > 0.5;
   return p;
@@ -168,11 +185,23 @@ void ParameterManager::Update(int64_t bytes, double seconds) {
   if (!tuning_ || bytes < 0 || !(seconds > 0) || !std::isfinite(seconds)) return;
   bytes_ += bytes;
   seconds_ += seconds;
+  const double rate = static_cast<double>(bytes) / seconds;
+  rate_sum_ += rate;
+  rate_square_sum_ += rate * rate;
   if (++steps_ < options_.steps_per_sample) return;
   const double score = static_cast<double>(bytes_) / seconds_;
+  const int n = steps_;
+  if (n >= 2 && rate_sum_ > 0) {
+    // How much the steps of this one sample disagree: the relative variance of their mean.
+    const double mean = rate_sum_ / n;
+    const double var = std::max(0.0, (rate_square_sum_ - n * mean * mean) / (n - 1));
+    step_noise_.push_back(var / (n * mean * mean));
+  }
   steps_ = 0;
   bytes_ = 0;
   seconds_ = 0;
+  rate_sum_ = 0;
+  rate_square_sum_ = 0;
   if (warmup_left_ > 0) {
     --warmup_left_;
     return;
@@ -180,10 +209,20 @@ void ParameterManager::Update(int64_t bytes, double seconds) {
   FinishSample(score);
 }
 
+double ParameterManager::NoiseVariance() const {
+  if (step_noise_.empty()) return options_.gp_noise;
+  // The median over the samples so far (warm-up included) of the relative variance of a sample's
+  // mean step rate, in percent^2: one sample disturbed by a burst of load does not set it alone.
+  std::vector<double> v = step_noise_;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return std::max(options_.gp_noise, 1e4 * v[v.size() / 2]);
+}
+
 void ParameterManager::FinishSample(double score) {
   // The optimizer sees scores in percent of the first scored sample (the initial setting), the
   // unit that gp_noise is expressed in (gaussian_process.h).
   if (reference_score_ <= 0) reference_score_ = score > 0 ? score : 1.0;
+  optimizer_->set_noise(NoiseVariance());
   optimizer_->AddSample(ToVector(current_), 100.0 * score / reference_score_);
   scores_.push_back(score);
   WriteRow(std::to_string(optimizer_->num_samples() - 1), current_, score);
@@ -195,18 +234,28 @@ void ParameterManager::FinishSample(double score) {
 }
 
 void ParameterManager::Settle() {
-  // The best observed score (not the model's belief): the CSV's best row is its best-scoring row.
-  const int best = static_cast<int>(std::max_element(scores_.begin(), scores_.end()) -
-                                    scores_.begin());
-  const Params chosen = FromVector(optimizer_->samples()[best].x);
-  const double best_score = scores_[best], initial_score = scores_.front();
+  // The sampled setting with the best posterior mean, not the best single score: with noisy
+  // samples the highest score is biased upwards (the luckiest draw wins), while the model pools
+  // every sample near a setting. Its score is the model's estimate, back in bytes/s.
+  const BayesianOptimizer::Sample best = optimizer_->BestByModel();
+  int index = 0;
+  while (optimizer_->samples()[index].x != best.x) ++index;
+  const Params chosen = FromVector(best.x);
+  const double estimate = best.y * reference_score_ / 100.0;
+  const double measured = scores_[index];
+  // The initial setting by the same model, so that the gain compares like with like.
+  const double initial_estimate =
+      optimizer_->PosteriorMean(optimizer_->samples().front().x) * reference_score_ / 100.0;
   Move(chosen);
   tuning_ = false;
-  WriteRow("best", chosen, best_score);
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), " score=%.4g B/s (initial setting %.4g B/s, %+.1f%%)",
-                best_score, initial_score,
-                initial_score > 0 ? 100.0 * (best_score / initial_score - 1.0) : 0.0);
+  WriteRow("best", chosen, estimate);
+  char buf[200];
+  std::snprintf(buf, sizeof(buf),
+                " model estimate %.4g B/s vs %.4g B/s for the initial setting (%+.1f%%); measured "
+                "%.4g B/s (sample %d)",
+                estimate, initial_estimate,
+                initial_estimate > 0 ? 100.0 * (estimate / initial_estimate - 1.0) : 0.0, measured,
+                index);
   summary_ = "autotune: chose " + ToString(chosen) + " after " +
              std::to_string(optimizer_->num_samples()) + " samples;" + buf;
   if (options_.on_done) {
@@ -214,6 +263,12 @@ void ParameterManager::Settle() {
   } else {
     DADT_LOG(INFO) << summary_;
   }
+}
+
+void ParameterManager::Stop() {
+  if (!tuning_) return;
+  tuning_ = false;
+  changed_ = false;
 }
 
 void ParameterManager::WriteRow(const std::string& label, const Params& p, double score) {

@@ -10,8 +10,13 @@
 //   if (pm.changed()) Broadcast(Serialize(pm.current()));   // every rank applies it at once
 //
 // Knobs and how they are tuned:
-//   fusion_threshold_bytes  continuous, 0 .. 64 MiB      (DADT_FUSION_THRESHOLD)
+//   fusion_threshold_bytes  continuous, 0 .. 128 MiB     (DADT_FUSION_THRESHOLD)
 //   cycle_time_ms           continuous, 1 .. 100 ms      (DADT_CYCLE_TIME)
+// The fusion threshold reaches the optimizer on a log scale, log2(1 + bytes / 64 KiB): what
+// matters is its ratio to the tensor sizes, so 256 KiB -> 1 MiB is as big a move as 32 -> 128 MiB,
+// and a linear axis would squeeze every small threshold into a corner of the box. The cycle time
+// stays linear. The box holds the runtime's defaults (128 MiB, 1 ms), so the first scored sample
+// measures them as they are.
 //   response_cache          on/off                      (DADT_CACHE_CAPACITY, 0 = off)
 //   hierarchical_allreduce  on/off, only with > 1 host   (DADT_HIERARCHICAL_ALLREDUCE)
 // A knob that the user set explicitly is fixed (options.fixed) and never tuned, as in Horovod.
@@ -25,12 +30,15 @@
 // Sampling: a sample is `steps_per_sample` consecutive Update() calls at one setting; its score
 // is sum(bytes) / sum(seconds), bytes per second. The first `warmup_samples` samples (at the
 // initial setting, while caches and allocators settle) are discarded. The first scored sample
-// measures the initial setting (clamped into the box), so the result is never worse than a
-// measured baseline; after each scored sample the optimizer proposes the next setting, seeing
-// scores in percent of that first one (the unit of gp_noise). After `max_samples` scored samples
-// (or every flag combination once, when only flags are tuned) the manager settles on the best
-// observed setting, logs ONE line (options.on_done, else DADT_LOG(INFO)) and stops tuning;
-// Update() is then a no-op.
+// measures the initial setting (clamped into the box), so the model always knows the baseline it
+// has to beat; after each scored sample the optimizer proposes the next setting, seeing scores
+// in percent of that first one (the unit of gp_noise). gp_noise is a floor for the GP's noise
+// variance: each sample's steps also measure it (the relative variance of their mean rate; the
+// median over samples, warm-up included, is used when larger), and the GP may fit up to 256x that
+// by marginal likelihood, for drift between samples. After `max_samples` scored samples (or every
+// flag combination once, when only flags are tuned) the manager settles on the sampled setting
+// with the best posterior mean (not the best single score, which favours the luckiest draw), logs
+// ONE line (options.on_done, else DADT_LOG(INFO)) and stops tuning; Update() is then a no-op.
 //
 // Runtime integration (rank 0's loop thread; the only thread that touches this object):
 //   - construct at init when DADT_AUTOTUNE is on: initial = the effective knobs, fixed = which of
@@ -45,7 +53,8 @@
 //
 // CSV log (options.log_path): header `sample,fusion_threshold_bytes,cycle_time_ms,
 // response_cache,hierarchical_allreduce,score_bytes_per_sec`, one row per scored sample
-// (sample = 0, 1, ...), and a last row with sample = `best`. Rows are flushed as written.
+// (sample = 0, 1, ...), and a last row with sample = `best`: the chosen setting with the model's
+// estimate of its score. Rows are flushed as written.
 //
 // Environment (documented here; the runtime reads them, names are not in env.h yet):
 //   DADT_AUTOTUNE=1                          turn the tuner on
@@ -73,7 +82,7 @@
 namespace dadt {
 namespace autotune {
 
-inline constexpr int64_t kMaxFusionThresholdBytes = 64LL * 1024 * 1024;
+inline constexpr int64_t kMaxFusionThresholdBytes = 128LL * 1024 * 1024;
 inline constexpr double kMinCycleTimeMs = 1.0;
 inline constexpr double kMaxCycleTimeMs = 100.0;
 
@@ -113,6 +122,7 @@ struct ParameterManagerOptions {
   int max_samples = 20;
   // Measurement-noise variance of a sample's score in percent of the initial setting's score,
   // squared: 0.8 ~ 0.9% jitter (gaussian_process.h explains the normalisation).
+  // It is the floor of the noise the GP fits (see above).
   double gp_noise = 0.8;
   Params initial;         // starting setting; fixed knobs keep these values throughout
   FixedKnobs fixed;
@@ -136,6 +146,9 @@ class ParameterManager {
   // False once settled on the best setting, or from the start when every knob is fixed.
   bool tuning() const { return tuning_; }
   int samples_scored() const { return optimizer_ ? optimizer_->num_samples() : 0; }
+  // Ends tuning at the current setting, without a `best` row or summary (the runtime calls it
+  // when the user sets the knobs by hand). No-op when not tuning.
+  void Stop();
   // The summary line, empty until tuning has finished.
   const std::string& summary() const { return summary_; }
   // OK, or why the CSV log could not be opened (tuning goes on without it).
@@ -147,6 +160,7 @@ class ParameterManager {
   void Move(const Params& next);
   void FinishSample(double score);
   void Settle();
+  double NoiseVariance() const;
   void WriteRow(const std::string& label, const Params& p, double score);
 
   ParameterManagerOptions options_;
@@ -160,6 +174,9 @@ class ParameterManager {
   int steps_ = 0;
   int64_t bytes_ = 0;
   double seconds_ = 0;
+  double rate_sum_ = 0;         // of bytes/s per step, in the current sample
+  double rate_square_sum_ = 0;
+  std::vector<double> step_noise_;  // per finished sample: relative variance of its mean rate
   double reference_score_ = 0;  // the first scored sample's; the optimizer sees percent of it
   std::vector<double> scores_;  // bytes/s of each scored sample
   std::ofstream log_;

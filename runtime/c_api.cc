@@ -227,6 +227,13 @@ int dadt_stop_timeline(void) {
   return s.ok() ? DADT_OK : Fail(s);
 }
 
+int dadt_set_fusion_params(int64_t fusion_threshold_bytes, double cycle_time_ms) {
+  auto rt = GetRunning();
+  if (!rt) return Fail(dadt::PreconditionFailed("dadt has not been initialized; use dadt.init()."));
+  Status s = rt->SetFusionParams(fusion_threshold_bytes, cycle_time_ms);
+  return s.ok() ? DADT_OK : Fail(s);
+}
+
 int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTensor* output) {
   auto rt = GetRunning();
   if (!rt) {

@@ -121,6 +121,11 @@ int dadt_mpi_threads_supported(void);
 int dadt_start_timeline(const char* path, int mark_cycles);
 int dadt_stop_timeline(void);
 
+/* Changes the fusion threshold (bytes) and/or cycle time (ms) of the running job; a negative value
+ * keeps that knob. Rank 0 applies them before its next negotiation round (only its coordinator
+ * uses them); other ranks validate and return DADT_OK. Stops a running autotuner. */
+int dadt_set_fusion_params(int64_t fusion_threshold_bytes, double cycle_time_ms);
+
 /* Enqueues a collective; returns a handle >= 0 or -1 (see dadt_last_error and
  * dadt_last_error_code). input: the tensor (NULL for barrier and join). output: allreduce and
  * broadcast write here (may be == input for in place); NULL for ops that allocate. */

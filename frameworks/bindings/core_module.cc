@@ -242,6 +242,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("stop_timeline", [] {
     if (dadt_stop_timeline() != DADT_OK) ThrowLastError();
   }, "Stops the timeline and closes its file.");
+  m.def("set_fusion_params", [](int64_t fusion_threshold_bytes, double cycle_time_ms) {
+    if (dadt_set_fusion_params(fusion_threshold_bytes, cycle_time_ms) != DADT_OK) ThrowLastError();
+  }, py::arg("fusion_threshold_bytes") = -1, py::arg("cycle_time_ms") = -1.0,
+        "Changes the fusion threshold / cycle time of the running job (negative: keep).");
   m.def("shutdown", &Shutdown, "Stops the runtime; pending handles fail with ERR_ABORTED.");
   m.def("is_initialized", [] { return dadt_is_initialized() != 0; });
   m.def("rank", &dadt_rank, "-1 when not initialized (as the other geometry calls).");

@@ -63,6 +63,14 @@ void AutotuneDriver::Apply() {
       std::chrono::microseconds(static_cast<int64_t>(std::llround(p.cycle_time_ms * 1000))));
 }
 
+void AutotuneDriver::StopTuning() {
+  if (!manager_.tuning()) return;
+  manager_.Stop();
+  std::fprintf(stderr, "[dadt] autotune: stopped after %d samples; the knobs were set by hand\n",
+               manager_.samples_scored());
+  std::fflush(stderr);
+}
+
 void AutotuneDriver::OnExecuted(const Response& r) {
   if (r.type != Response::Type::kAllreduce || !manager_.tuning()) return;
   const auto now = std::chrono::steady_clock::now();

@@ -34,6 +34,10 @@ class AutotuneDriver {
                                                            Coordinator* coordinator);
   // Call after each executed response.
   void OnExecuted(const Response& response);
+  // The user set the knobs by hand (Runtime::SetFusionParams): an explicitly set knob is never
+  // tuned, so tuning ends where it is, with one line on stderr. No-op once settled.
+  void StopTuning();
+  bool tuning() const { return manager_.tuning(); }
 
  private:
   AutotuneDriver(autotune::ParameterManagerOptions options, Coordinator* coordinator);

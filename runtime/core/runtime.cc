@@ -264,22 +264,37 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requeste
   }
   rt->executor_ = std::make_unique<Executor>(rt->backend_.get(), options.rank, options.size,
                                              &rt->handles_, &rt->queue_, &rt->events_);
-  if (rt->coordinator_) {
-    rt->coordinator_->set_events(&rt->events_);
-    rt->coordinator_->set_stall_options(options.stall);
-    auto tuner = AutotuneDriver::FromEnv(options.fusion_threshold_bytes, options.cycle_time_ms,
-                                         options.cross_size, rt->coordinator_.get());
+  Status setup = rt->StartRankZeroTools();
+  if (!setup.ok()) {
+    // Every rank is connected by now and would only learn of a closed channel: tell them why.
+    if (rt->coordinator_ && options.size > 1) {
+      ResponseList list;
+      list.shutdown = true;
+      list.abort = setup.message();
+      list.abort_rank = 0;
+      (void)rt->channel_->Broadcast(SerializeResponseList(list));
+    }
+    return setup;
+  }
+  rt->loop_ = std::thread([r = rt.get()] { r->Loop(); });
+  return rt;
+}
+
+Status Runtime::StartRankZeroTools() {
+  if (coordinator_) {
+    coordinator_->set_events(&events_);
+    coordinator_->set_stall_options(options_.stall);
+    auto tuner = AutotuneDriver::FromEnv(options_.fusion_threshold_bytes, options_.cycle_time_ms,
+                                         options_.cross_size, coordinator_.get());
     if (!tuner.ok()) return tuner.status();
-    rt->autotune_ = std::move(*tuner);
+    autotune_ = std::move(*tuner);
   }
   if (env::IsSet(env::kTimeline)) {
     auto mark = env::GetBool(env::kTimelineMarkCycles, false);
     if (!mark.ok()) return mark.status();
-    Status t = rt->StartTimeline(env::GetString(env::kTimeline), *mark);
-    if (!t.ok()) return t;
+    DADT_RETURN_IF_ERROR(StartTimeline(env::GetString(env::kTimeline), *mark));
   }
-  rt->loop_ = std::thread([r = rt.get()] { r->Loop(); });
-  return rt;
+  return Status::OK();
 }
 
 Runtime::~Runtime() { Shutdown(); }
@@ -303,6 +318,38 @@ Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {
   timeline_writer_ = writer;
   events_.AddSink(writer);
   return Status::OK();
+}
+
+Status Runtime::SetFusionParams(int64_t fusion_threshold_bytes, double cycle_time_ms) {
+  if (!std::isfinite(cycle_time_ms)) {
+    return InvalidArgument("cycle time must be a finite number of ms, got " +
+                           std::to_string(cycle_time_ms));
+  }
+  if (options_.rank != 0) return Status::OK();
+  {
+    std::lock_guard<std::mutex> lock(params_mu_);
+    PendingParams& p = pending_params_ ? *pending_params_ : pending_params_.emplace();
+    if (fusion_threshold_bytes >= 0) p.fusion_threshold_bytes = fusion_threshold_bytes;
+    if (cycle_time_ms >= 0) p.cycle_time_ms = cycle_time_ms;
+  }
+  queue_.Wake();
+  return Status::OK();
+}
+
+void Runtime::ApplyPendingParams() {
+  PendingParams p;
+  {
+    std::lock_guard<std::mutex> lock(params_mu_);
+    if (!pending_params_) return;
+    p = *pending_params_;
+    pending_params_.reset();
+  }
+  if (autotune_) autotune_->StopTuning();
+  if (p.fusion_threshold_bytes >= 0) coordinator_->set_fusion_threshold(p.fusion_threshold_bytes);
+  if (p.cycle_time_ms >= 0) {
+    coordinator_->set_cycle_time(
+        std::chrono::microseconds(static_cast<int64_t>(std::llround(p.cycle_time_ms * 1000))));
+  }
 }
 
 Status Runtime::StopTimeline() {
@@ -521,6 +568,7 @@ void Runtime::Loop() {
       poll(fds.data(), fds.size(), timeout_ms);
     }
     if (fds[0].revents & POLLIN) queue_.ClearWake();
+    if (coordinator_) ApplyPendingParams();
     const auto now = Clock::now();
 
     RequestList out;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -83,6 +84,12 @@ class Runtime {
   Status StartTimeline(const std::string& path, bool mark_cycles);
   Status StopTimeline();
 
+  // Changes the fusion threshold (bytes) and/or cycle time (ms) of the running job; a negative
+  // value keeps that knob. Only rank 0's coordinator uses them, so rank 0 applies them on its loop
+  // thread before its next negotiation round and every rank follows from there; other ranks only
+  // validate. A running autotuner stops (a knob set by hand is never tuned). Any thread.
+  Status SetFusionParams(int64_t fusion_threshold_bytes, double cycle_time_ms);
+
   HandleTable& handles() { return handles_; }
   const RuntimeOptions& options() const { return options_; }
   const char* backend_name() const { return backend_->Name(); }
@@ -103,6 +110,11 @@ class Runtime {
   void Abort(const Status& status, int cause_rank = -1);
   void FailAll(const Status& status);
   void RecordCause(int cause_rank);
+  // At Start, once every rank is connected: rank 0's autotuner, and the timeline from
+  // DADT_TIMELINE. A failure here is broadcast to the other ranks as the job's abort cause.
+  Status StartRankZeroTools();
+  // Loop thread: applies what SetFusionParams left in pending_params_.
+  void ApplyPendingParams();
 
   const RuntimeOptions options_;
   std::unique_ptr<KeyValueStore> store_;
@@ -124,6 +136,13 @@ class Runtime {
   // Loop-thread state.
   EntryMap entries_;
   std::unordered_map<uint64_t, std::string> sent_refs_;  // (slot, generation) -> name
+
+  struct PendingParams {
+    int64_t fusion_threshold_bytes = -1;
+    double cycle_time_ms = -1;
+  };
+  std::mutex params_mu_;  // guards pending_params_ (set from API threads, taken by the loop)
+  std::optional<PendingParams> pending_params_;
 
   std::atomic<bool> shutdown_requested_{false};
   bool shutdown_sent_ = false;

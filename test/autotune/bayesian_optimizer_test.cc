@@ -77,6 +77,38 @@ TEST(BayesianOptimizerTest, SameSeedSameProposals) {
   }
 }
 
+TEST(BayesianOptimizerTest, BestByModelDiscountsALuckySample) {
+  // True f peaks at 0.7 (value 100); the samples carry +-1.5 of noise, and the one at 0.2
+  // (true 95) drew +9: the best observed y, but far from the optimum. The posterior mean, with the
+  // noise fitted from the samples, pools the neighbours and points near the true peak.
+  const auto f = [](double x) { return 100 - 20 * (x - 0.7) * (x - 0.7); };
+  BayesOptOptions o;
+  o.gp.noise = 0.5;
+  o.gp.noise_multipliers = {1, 2, 4, 8, 16, 32, 64};
+  BayesianOptimizer opt({{0, 1}}, o);
+  const double jitter[] = {1.2, -0.9, 0, -1.4, 0.8, 1.5, -1.1, 0.3, -0.6, 1.0, -1.3};
+  for (int i = 0; i <= 10; ++i) {
+    const double x = 0.1 * i;
+    opt.AddSample(Eigen::VectorXd::Constant(1, x), f(x) + jitter[i] + (i == 2 ? 9.0 : 0.0));
+  }
+  ASSERT_NEAR(opt.Best().x[0], 0.2, 1e-12);  // the lucky draw wins on raw scores
+  const BayesianOptimizer::Sample chosen = opt.BestByModel();
+  EXPECT_GE(chosen.x[0], 0.55) << "chose " << chosen.x[0];
+  EXPECT_LE(chosen.x[0], 0.85) << "chose " << chosen.x[0];
+  EXPECT_GT(opt.gp().noise(), o.gp.noise);  // the fit found the samples noisier than the floor
+  EXPECT_NEAR(chosen.y, 100, 3);            // the model's estimate, in the units of y
+}
+
+TEST(BayesianOptimizerTest, BestByModelIsTheBestSampleOnExactData) {
+  BayesianOptimizer opt({{0, 10}, {0, 10}}, Deterministic(5));
+  for (int i = 0; i < 10; ++i) {
+    Eigen::VectorXd x = opt.NextSample();
+    opt.AddSample(x, 10 - std::pow(x[0] - 6.5, 2) - std::pow(x[1] - 3.0, 2));
+  }
+  EXPECT_EQ(opt.BestByModel().x, opt.Best().x);
+  EXPECT_NEAR(opt.BestByModel().y, opt.Best().y, 1e-2);
+}
+
 // A shifted negative quadratic with maximum 10 at (6.5, 3.0) on [0, 10] x [0, 10]. Within 5% of
 // the optimum means within 0.7 of the peak, about 1.5% of the box.
 double Quadratic(const Eigen::VectorXd& x) {

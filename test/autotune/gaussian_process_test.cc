@@ -118,6 +118,29 @@ TEST(GaussianProcessTest, NoiseSmoothsInsteadOfInterpolating) {
   EXPECT_GT(gp.Predict(Point(3 / 7.0)).std, 0.01);
 }
 
+TEST(GaussianProcessTest, FitsTheNoiseAboveTheFloor) {
+  // A line plus +-1 alternating noise, sampled densely: with noise_multipliers the fit explains
+  // the wiggle as noise (variance near 1) rather than bending through every point, and keeps the
+  // floor on exact data.
+  Eigen::MatrixXd x(16, 1);
+  Eigen::VectorXd noisy(16), exact(16);
+  for (int i = 0; i < 16; ++i) {
+    x(i, 0) = i / 15.0;
+    exact[i] = 10 * x(i, 0);
+    noisy[i] = exact[i] + ((i % 2) ? 1.0 : -1.0);
+  }
+  GpOptions o;
+  o.noise = 0.01;
+  o.noise_multipliers = {1, 4, 16, 64, 256, 1024};
+  GaussianProcess gp(o);
+  gp.Fit(x, noisy);
+  EXPECT_GE(gp.noise(), 0.16);
+  EXPECT_LE(gp.noise(), 2.6);
+  EXPECT_NEAR(gp.Predict(Point(0.5)).mean, 5.0, 0.5);
+  gp.Fit(x, exact);
+  EXPECT_DOUBLE_EQ(gp.noise(), 0.01);
+}
+
 TEST(GaussianProcessTest, PriorAndDegenerateTargets) {
   GaussianProcess gp(Exact());
   gp.Fit(Eigen::MatrixXd(0, 2), Eigen::VectorXd(0));

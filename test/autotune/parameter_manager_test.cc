@@ -97,12 +97,23 @@ TEST(ParameterManagerTest, WarmupSamplesAreNotScored) {
 
 TEST(ParameterManagerTest, StartsInsideTheBox) {
   ParameterManagerOptions o = Defaults();
-  o.initial.fusion_threshold_bytes = 128LL * 1024 * 1024;  // the runtime's default, above 64 MiB
+  o.initial.fusion_threshold_bytes = 512LL * 1024 * 1024;  // above the box
   o.initial.cycle_time_ms = 0.5;
   ParameterManager pm(o);
   EXPECT_TRUE(pm.changed());  // the runtime must apply current() before the first step
   EXPECT_EQ(pm.current().fusion_threshold_bytes, kMaxFusionThresholdBytes);
   EXPECT_EQ(pm.current().cycle_time_ms, kMinCycleTimeMs);
+}
+
+TEST(ParameterManagerTest, TheRuntimeDefaultsLieInsideTheBox) {
+  ParameterManagerOptions o = Defaults();
+  o.initial = Params{};  // 128 MiB, 1 ms
+  o.warmup_samples = 0;
+  o.steps_per_sample = 1;
+  o.max_samples = 2;
+  ParameterManager pm(o);
+  EXPECT_FALSE(pm.changed());  // measured as they are, not clamped
+  EXPECT_EQ(pm.current(), Params{});
 }
 
 TEST(ParameterManagerTest, IgnoresBadMeasurements) {
@@ -163,16 +174,21 @@ TEST(ParameterManagerTest, CsvHasHeaderOneRowPerSampleAndBest) {
   EXPECT_EQ(lines[0],
             "sample,fusion_threshold_bytes,cycle_time_ms,response_cache,hierarchical_allreduce,"
             "score_bytes_per_sec");
-  double best_score = 0;
+  std::vector<std::vector<std::string>> rows;
   for (int i = 1; i <= 6; ++i) {
-    const std::vector<std::string> row = Split(lines[i]);
-    ASSERT_EQ(row.size(), 6u);
-    EXPECT_EQ(row[0], std::to_string(i - 1));
-    best_score = std::max(best_score, std::stod(row[5]));
+    rows.push_back(Split(lines[i]));
+    ASSERT_EQ(rows.back().size(), 6u);
+    EXPECT_EQ(rows.back()[0], std::to_string(i - 1));
   }
+  // The best row repeats a sampled setting (the one with the best posterior mean); its score is
+  // the model's estimate, which on this noise-free function is close to what was measured there.
   const std::vector<std::string> best = Split(lines.back());
   EXPECT_EQ(best[0], "best");
-  EXPECT_DOUBLE_EQ(std::stod(best[5]), best_score);
+  const auto same = std::find_if(rows.begin(), rows.end(), [&](const std::vector<std::string>& r) {
+    return r[1] == best[1] && r[2] == best[2];
+  });
+  ASSERT_NE(same, rows.end()) << lines.back();
+  EXPECT_NEAR(std::stod(best[5]), std::stod((*same)[5]), 0.02 * std::stod((*same)[5]));
   EXPECT_EQ(std::stoll(best[1]), pm.current().fusion_threshold_bytes);
   ASSERT_EQ(done.size(), 1u);  // one summary line, through the callback
   EXPECT_EQ(done[0], pm.summary());
@@ -223,6 +239,36 @@ TEST_P(ConvergenceTest, ToleratesMeasurementNoise) {
               static_cast<unsigned long long>(GetParam()), ToString(pm.current()).c_str(),
               got / 1e7);
   EXPECT_GE(got, 0.95 * 1e9);
+}
+
+TEST_P(ConvergenceTest, ToleratesHeavyNoiseWithTheDefaultFloor) {
+  // Heavy noise: each step's time jitters by 15% (about 5% on a 10-step sample) and the noise
+  // floor is left at its default (0.8, ~0.9%), so only the steps themselves can tell the tuner how
+  // noisy its samples are. The chosen setting, judged on the true function, must be within 90% of
+  // the peak.
+  ParameterManagerOptions o = Defaults();
+  o.seed = GetParam();
+  o.log_path = TempPath("noisy" + std::to_string(GetParam()) + ".csv");
+  ParameterManager pm(o);
+  std::mt19937_64 rng(GetParam() + 2000);
+  std::normal_distribution<double> jitter(0, 0.15);
+  Drive(&pm, [&](const Params& p) { return Throughput(p) / std::max(0.3, 1 + jitter(rng)); });
+  ASSERT_FALSE(pm.tuning());
+  const std::vector<std::string> lines = ReadLines(o.log_path);
+  Params luckiest = o.initial;
+  double top = 0;
+  for (size_t i = 1; i + 1 < lines.size(); ++i) {
+    const std::vector<std::string> row = Split(lines[i]);
+    if (std::stod(row[5]) > top) {
+      top = std::stod(row[5]);
+      luckiest.fusion_threshold_bytes = std::stoll(row[1]);
+      luckiest.cycle_time_ms = std::stod(row[2]);
+    }
+  }
+  const double got = Throughput(pm.current()), lucky = Throughput(luckiest);
+  std::printf("seed %llu (very noisy): chose %.1f%% of peak, luckiest sample %.1f%%\n",
+              static_cast<unsigned long long>(GetParam()), got / 1e7, lucky / 1e7);
+  EXPECT_GE(got, 0.9 * 1e9);
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, ConvergenceTest, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7));

@@ -161,6 +161,21 @@ def stop_timeline() -> None:
     call(_core.stop_timeline)
 
 
+def set_fusion_params(fusion_threshold_bytes: Optional[int] = None,
+                      cycle_time_ms: Optional[float] = None) -> None:
+    """Changes the fusion threshold (bytes) and/or the cycle time (ms) of the running job; None
+    keeps a knob as it is. Rank 0's coordinator switches before its next negotiation round and the
+    whole job follows (other ranks only check the values), so every rank may call it alike. A
+    running autotuner stops: a knob set by hand is never tuned (docs/autotune.md)."""
+    fusion = -1 if fusion_threshold_bytes is None else int(fusion_threshold_bytes)
+    cycle = -1.0 if cycle_time_ms is None else float(cycle_time_ms)
+    if fusion_threshold_bytes is not None and fusion < 0:
+        raise ValueError("fusion_threshold_bytes must be >= 0, got %r" % fusion_threshold_bytes)
+    if cycle_time_ms is not None and not cycle >= 0:
+        raise ValueError("cycle_time_ms must be >= 0, got %r" % cycle_time_ms)
+    call(_core.set_fusion_params, fusion, cycle)
+
+
 def shutdown() -> None:
     """A function that shuts dadt down. Pending collectives fail with DadtInternalError."""
     call(_core.shutdown)

@@ -11,6 +11,7 @@
 Tensors must be contiguous CPU tensors (CUDA tensors need the NCCL build).
 """
 
+from dadt.common.basics import set_fusion_params
 from dadt.common.basics import (start_timeline, stop_timeline, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
                                 gloo_built, gloo_enabled, init, is_initialized, local_rank,
                                 local_size, mpi_built, mpi_enabled, mpi_threads_supported,
@@ -30,7 +31,7 @@ from dadt.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgath
 from dadt.torch.optimizer import DistributedOptimizer
 
 __all__ = [
-    "start_timeline", "stop_timeline",
+    "start_timeline", "stop_timeline", "set_fusion_params",
     # runtime control and build facts
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "mpi_threads_supported", "mpi_enabled", "mpi_built",
