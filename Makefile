@@ -29,7 +29,7 @@ export DADT_TEST_TIMEOUT ?= 600
 INTEGRATION_TIMEOUT ?= 1800
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: help deps build install demo test test-cc test-python-unit test-python test-integration bench clean
+.PHONY: help deps build install demo test test-cc test-python-unit test-python test-python-frameworks test-integration bench clean
 
 help:
 	@echo "make demo    install deps + dadt, then: dadtrun --gloo -np $(NP) $(PYTHON) examples/pytorch/train_digits.py"
@@ -57,7 +57,7 @@ demo: deps install
 # Every tier runs even when an earlier one fails; the summary says which failed.
 test: deps install
 	@log=$$(mktemp); failed=0; summary=""; \
-	for tier in test-cc test-python-unit test-python test-integration; do \
+	for tier in test-cc test-python-unit test-python test-python-frameworks test-integration; do \
 	    $(MAKE) --no-print-directory $$tier 2>&1 | tee $$log; rc=$${PIPESTATUS[0]}; \
 	    if [ $$rc -ne 0 ]; then verdict="FAILED (exit $$rc)"; failed=$$((failed + 1)); \
 	    elif grep -q '^SKIP tier' $$log; then verdict="skipped: $$(grep -m1 '^SKIP tier' $$log | sed 's/^SKIP tier [0-9]*: //')"; \
@@ -84,6 +84,10 @@ test-python-unit:
 
 test-python:
 	@bash tools/run_python_tests.sh 1 2 3 4
+
+# TensorFlow/Keras and JAX suites (test/python_frameworks) at 2 and 3 ranks.
+test-python-frameworks:
+	@bash tools/run_framework_tests.sh 2 3
 
 test-integration:
 	@echo "==================== [tier 3] Integration tests: pytest test/integration ===================="

@@ -57,7 +57,9 @@ def make_name(op: str, name: Optional[str]) -> str:
 def as_array(value: Any, name: str) -> np.ndarray:
     """A C-contiguous NumPy array over ``value`` (no copy when it already is one); raises
     ValueError naming the tensor for a dtype dadt does not reduce or move."""
-    array = np.ascontiguousarray(value)
+    array = np.asarray(value)
+    if not array.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d arrays into 1-d)
+        array = array.copy(order="C")
     if not dlpack.is_supported(array.dtype):
         raise ValueError("tensor '%s' has dtype %s, which dadt does not support; use one of %s"
                          % (name, array.dtype, ", ".join(dlpack.SUPPORTED_DTYPE_NAMES)))

@@ -43,12 +43,18 @@ def _as_tensor(tensor: Any, name: str) -> tf.Tensor:
     return t
 
 
+def _host_array(t: tf.Tensor) -> np.ndarray:
+    """The eager tensor's CPU buffer as a NumPy array (a view, no copy, except for scalars:
+    TensorFlow hands 0-d bfloat16 tensors out as NumPy scalars)."""
+    return np.asarray(t) if t.shape.rank else np.asarray(t.numpy())
+
+
 def _run(fn: Callable[..., List[np.ndarray]], inputs: Sequence[tf.Tensor],
          dtypes: Sequence[tf.DType], shapes: Sequence[tf.TensorShape]) -> List[tf.Tensor]:
     """Runs ``fn`` (NumPy arrays in, a list of NumPy arrays out) on ``inputs``: directly when
     executing eagerly, as a stateful tf.numpy_function inside a graph."""
     if tf.executing_eagerly():
-        return [tf.convert_to_tensor(out) for out in fn(*[np.asarray(t) for t in inputs])]
+        return [tf.convert_to_tensor(out) for out in fn(*[_host_array(t) for t in inputs])]
     outs = tf.numpy_function(lambda *arrays: fn(*arrays), list(inputs), list(dtypes),
                              stateful=True, name="dadt")
     for out, shape in zip(outs, shapes):
