@@ -127,7 +127,7 @@ def allreduce_async(value: Any, name: Optional[str] = None, op: int = Average,
     name = make_name("allreduce", name)
     array = as_array(value, name)
     _check_reduction(array, name, op, prescale_factor, postscale_factor)
-    output = np.empty_like(array)
+    output = dlpack.aligned_empty(array.shape, array.dtype)
     keep: List[Any] = []
     handle = _submit(OP_ALLREDUCE, name, array, output, keep, reduce_op=op,
                      prescale=prescale_factor, postscale=postscale_factor)
@@ -152,7 +152,7 @@ def grouped_allreduce_async(values: Sequence[Any], name: Optional[str] = None, o
             raise ValueError("a collective named '%s' is already in flight on this rank" % member)
     digest = hashlib.blake2b("\0".join(names).encode(), digest_size=8).digest()
     group_id = int.from_bytes(digest, "little") & (2**63 - 1)
-    outputs = [np.empty_like(a) for a in arrays]
+    outputs = [dlpack.aligned_empty(a.shape, a.dtype) for a in arrays]
     keep: List[Any] = []
     handles = [_submit(OP_ALLREDUCE, member, array, output, keep, reduce_op=op,
                        prescale=prescale_factor, postscale=postscale_factor, group_id=group_id,
@@ -172,7 +172,9 @@ def allgather_async(value: Any, name: Optional[str] = None) -> int:
 def broadcast_async(value: Any, root_rank: int, name: Optional[str] = None) -> int:
     """Copies root rank's array to every rank (into a new array); synchronize() returns it."""
     name = make_name("broadcast", name)
-    output = np.array(as_array(value, name), copy=True)
+    array = as_array(value, name)
+    output = dlpack.aligned_empty(array.shape, array.dtype)
+    output[...] = array
     keep: List[Any] = []
     handle = _submit(OP_BROADCAST, name, output, output, keep, root_rank=root_rank)
     return _track([handle], [name], keep, lambda hs: output)

@@ -95,6 +95,35 @@ def to_capsule(array: np.ndarray) -> Tuple[Any, Any]:
     return capsule, (managed, shape, array)
 
 
+ALIGNMENT = 64  # bytes; what TensorFlow's kernels (Eigen) and XLA expect of a tensor's memory
+
+
+def aligned_empty(shape: Tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array whose memory starts on an ALIGNMENT-byte boundary, so
+    that frameworks can use it in place (NumPy itself only guarantees 16 bytes)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def is_aligned(array: np.ndarray) -> bool:
+    return array.ctypes.data % ALIGNMENT == 0
+
+
+def export(array: np.ndarray) -> Any:
+    """A "dltensor" capsule that owns a reference to ``array`` (writable, C-contiguous), for a
+    framework's from_dlpack (zero copy): NumPy's own export, with the dtype code fixed for
+    bfloat16 (exported as uint16, which has the same bits)."""
+    if array.dtype.name != "bfloat16":
+        return array.__dlpack__()
+    capsule = array.view(np.uint16).__dlpack__()
+    managed = ctypes.cast(_capsule_pointer(capsule, _CAPSULE_NAME), ctypes.POINTER(_ManagedTensor))
+    managed.contents.dl_tensor.dtype.code = _BFLOAT
+    return capsule
+
+
 class _Owner:
     """Frees a runtime-allocated DLManagedTensor when the last array over its memory goes."""
 

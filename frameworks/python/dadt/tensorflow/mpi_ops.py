@@ -33,14 +33,20 @@ __all__ = ["Average", "Sum", "Adasum", "Min", "Max", "Product", "allreduce", "gr
            "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "join"]
 
 
+try:  # whether a GradientTape is active (TensorFlow's own check; private, so guarded)
+    from tensorflow.python.eager.record import could_possibly_record as _could_record
+except ImportError:  # pragma: no cover - depends on the TensorFlow version
+    def _could_record() -> bool:
+        return True
+
+
 def _as_tensor(tensor: Any, name: str) -> tf.Tensor:
-    if isinstance(tensor, tf.IndexedSlices):
+    if not isinstance(tensor, tf.Tensor):  # a tf.Variable is read here; gradients flow through
         tensor = tf.convert_to_tensor(tensor)
-    t = tf.convert_to_tensor(tensor)  # a tf.Variable is read here; its gradient flows through
-    if t.dtype.name not in dlpack.SUPPORTED_DTYPE_NAMES:
+    if tensor.dtype.name not in dlpack.SUPPORTED_DTYPE_NAMES:
         raise ValueError("tensor '%s' has dtype %s, which dadt does not support; use one of %s"
-                         % (name, t.dtype.name, ", ".join(dlpack.SUPPORTED_DTYPE_NAMES)))
-    return t
+                         % (name, tensor.dtype.name, ", ".join(dlpack.SUPPORTED_DTYPE_NAMES)))
+    return tensor
 
 
 def _host_array(t: tf.Tensor) -> np.ndarray:
@@ -49,12 +55,21 @@ def _host_array(t: tf.Tensor) -> np.ndarray:
     return np.asarray(t) if t.shape.rank else np.asarray(t.numpy())
 
 
+def _to_tensor(array: np.ndarray) -> tf.Tensor:
+    """A tf.Tensor over the result's memory through DLPack when it is aligned as TensorFlow's
+    kernels require (no copy, and measurably cheaper right after a blocking collective than
+    tf.convert_to_tensor), else a copy."""
+    if dlpack.is_aligned(array) and array.size:
+        return tf.experimental.dlpack.from_dlpack(dlpack.export(array))
+    return tf.convert_to_tensor(array)
+
+
 def _run(fn: Callable[..., List[np.ndarray]], inputs: Sequence[tf.Tensor],
          dtypes: Sequence[tf.DType], shapes: Sequence[tf.TensorShape]) -> List[tf.Tensor]:
     """Runs ``fn`` (NumPy arrays in, a list of NumPy arrays out) on ``inputs``: directly when
     executing eagerly, as a stateful tf.numpy_function inside a graph."""
     if tf.executing_eagerly():
-        return [tf.convert_to_tensor(out) for out in fn(*[_host_array(t) for t in inputs])]
+        return [_to_tensor(out) for out in fn(*[_host_array(t) for t in inputs])]
     outs = tf.numpy_function(lambda *arrays: fn(*arrays), list(inputs), list(dtypes),
                              stateful=True, name="dadt")
     for out, shape in zip(outs, shapes):
@@ -62,8 +77,27 @@ def _run(fn: Callable[..., List[np.ndarray]], inputs: Sequence[tf.Tensor],
     return list(outs)
 
 
+def _differentiable(forward: Callable[..., Any], backward: Callable[..., Any], *xs: tf.Tensor):
+    """forward(*xs), with ``backward`` (upstream gradients -> input gradients) as its gradient.
+    Eagerly with no GradientTape active there is nothing to record, and the call skips
+    tf.custom_gradient's bookkeeping (several TensorFlow ops per call)."""
+    if tf.executing_eagerly() and not _could_record():
+        return forward(*xs)
+
+    @tf.custom_gradient
+    def op(*args):
+        return forward(*args), backward
+    return op(*xs)
+
+
 def _rows_unknown(shape: tf.TensorShape) -> tf.TensorShape:
     return tf.TensorShape([None]).concatenate(shape[1:]) if shape.rank else shape
+
+
+def _check_differentiable(op: int) -> None:
+    if op not in (Average, Sum):
+        raise NotImplementedError("the gradient of an allreduce is defined for op=Average and "
+                                  "op=Sum only, not for Min, Max or Product")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -74,42 +108,28 @@ def _grouped(tensors: List[tf.Tensor], name: Optional[str], op: int, prescale: f
              postscale: float) -> List[tf.Tensor]:
     base = array_ops.make_name("grouped_allreduce", name)
 
-    @tf.custom_gradient
-    def reduce(*xs):
-        def fn(*arrays):
-            return array_ops.grouped_allreduce(arrays, base, op, prescale, postscale)
-        outs = _run(fn, xs, [x.dtype for x in xs], [x.shape for x in xs])
+    def forward(*xs):
+        return _run(lambda *a: array_ops.grouped_allreduce(a, base, op, prescale, postscale),
+                    xs, [x.dtype for x in xs], [x.shape for x in xs])
 
-        def grad(*dys):
-            _check_differentiable(op)
-            return _grouped([tf.convert_to_tensor(d) for d in dys], None, op, prescale,
-                            postscale)
-        return outs, grad
-
-    return list(reduce(*tensors))
-
-
-def _check_differentiable(op: int) -> None:
-    if op not in (Average, Sum):
-        raise NotImplementedError("the gradient of an allreduce is defined for op=Average and "
-                                  "op=Sum only, not for Min, Max or Product")
+    def backward(*dys):
+        _check_differentiable(op)
+        return _grouped([tf.convert_to_tensor(d) for d in dys], None, op, prescale, postscale)
+    return list(_differentiable(forward, backward, *tensors))
 
 
 def _allreduce(tensor: tf.Tensor, name: Optional[str], op: int, prescale: float,
                postscale: float) -> tf.Tensor:
     name = array_ops.make_name("allreduce", name)
 
-    @tf.custom_gradient
-    def reduce(x):
-        out, = _run(lambda a: [array_ops.allreduce(a, name, op, prescale, postscale)], [x],
-                    [x.dtype], [x.shape])
+    def forward(x):
+        return _run(lambda a: [array_ops.allreduce(a, name, op, prescale, postscale)], [x],
+                    [x.dtype], [x.shape])[0]
 
-        def grad(dy):
-            _check_differentiable(op)
-            return _allreduce(tf.convert_to_tensor(dy), None, op, prescale, postscale)
-        return out, grad
-
-    return reduce(tensor)
+    def backward(dy):
+        _check_differentiable(op)
+        return _allreduce(tf.convert_to_tensor(dy), None, op, prescale, postscale)
+    return _differentiable(forward, backward, tensor)
 
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="",
@@ -165,39 +185,34 @@ def allgather(tensor, name=None) -> tf.Tensor:
     name = array_ops.make_name("allgather", name)
     t = _as_tensor(tensor, name)
 
-    @tf.custom_gradient
-    def gather(x):
-        out, = _run(lambda a: [array_ops.allgather(a, name)], [x], [x.dtype],
-                    [_rows_unknown(x.shape)])
+    def forward(x):
+        return _run(lambda a: [array_ops.allgather(a, name)], [x], [x.dtype],
+                    [_rows_unknown(x.shape)])[0]
 
-        def grad(dy):
-            reduced = _allreduce(tf.convert_to_tensor(dy), None, Average, 1.0, 1.0)
-            rows = tf.shape(x, out_type=tf.int64)[:1] if x.shape.rank else tf.ones([1], tf.int64)
-            counts = allgather(rows)
-            start = tf.reduce_sum(counts[:rank()])
-            return reduced[start:start + rows[0]] if x.shape.rank else reduced[rank()]
-        return out, grad
-
-    return gather(t)
+    def backward(dy):
+        reduced = _allreduce(tf.convert_to_tensor(dy), None, Average, 1.0, 1.0)
+        if not t.shape.rank:
+            return reduced[rank()]
+        rows = tf.shape(t, out_type=tf.int64)[:1]
+        counts = allgather(rows)
+        start = tf.reduce_sum(counts[:rank()])
+        return reduced[start:start + rows[0]]
+    return _differentiable(forward, backward, t)
 
 
 def broadcast(tensor, root_rank, name=None) -> tf.Tensor:
     """Returns root rank's value of the tensor on every process; the input is not modified.
     Differentiable: root rank receives the average of every rank's gradient, others zero."""
     name = array_ops.make_name("broadcast", name)
-    t = _as_tensor(tensor, name)
 
-    @tf.custom_gradient
-    def bcast(x):
-        out, = _run(lambda a: [array_ops.broadcast(a, root_rank, name)], [x], [x.dtype],
-                    [x.shape])
+    def forward(x):
+        return _run(lambda a: [array_ops.broadcast(a, root_rank, name)], [x], [x.dtype],
+                    [x.shape])[0]
 
-        def grad(dy):
-            reduced = _allreduce(tf.convert_to_tensor(dy), None, Average, 1.0, 1.0)
-            return reduced if rank() == root_rank else tf.zeros_like(reduced)
-        return out, grad
-
-    return bcast(t)
+    def backward(dy):
+        reduced = _allreduce(tf.convert_to_tensor(dy), None, Average, 1.0, 1.0)
+        return reduced if rank() == root_rank else tf.zeros_like(reduced)
+    return _differentiable(forward, backward, _as_tensor(tensor, name))
 
 
 def alltoall(tensor, splits=None, name=None):
@@ -205,25 +220,23 @@ def alltoall(tensor, splits=None, name=None):
     rows received, in rank order; with ``splits`` given, returns (output, received_splits).
     Differentiable: the gradient is the reverse alltoall."""
     name = array_ops.make_name("alltoall", name)
-    t = _as_tensor(tensor, name)
     split_list = None if splits is None else tf.convert_to_tensor(splits, dtype=tf.int32)
+    received = []
 
-    @tf.custom_gradient
-    def exchange(x):
+    def forward(x):
         def fn(a, *s):
-            out, received = array_ops.alltoall(a, s[0] if s else None, name)
-            return [out, received]
+            return list(array_ops.alltoall(a, s[0] if s else None, name))
         inputs = [x] if split_list is None else [x, split_list]
-        out, received = _run(fn, inputs, [x.dtype, tf.int32],
-                             [_rows_unknown(x.shape), tf.TensorShape([None])])
+        out, got = _run(fn, inputs, [x.dtype, tf.int32],
+                        [_rows_unknown(x.shape), tf.TensorShape([None])])
+        received.append(got)
+        return out
 
-        def grad(dy, _):
-            back, _ = alltoall(tf.convert_to_tensor(dy), splits=received)
-            return back
-        return (out, received), grad
-
-    out, received = exchange(t)
-    return out if splits is None else (out, received)
+    def backward(dy):
+        back, _ = alltoall(tf.convert_to_tensor(dy), splits=received[0])
+        return back
+    out = _differentiable(forward, backward, _as_tensor(tensor, name))
+    return out if splits is None else (out, received[0])
 
 
 def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0):
@@ -231,21 +244,17 @@ def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_
     get one more row when the first dimension does not divide evenly). Differentiable: the
     gradient is an allgather, scaled like the forward pass."""
     name = array_ops.make_name("reducescatter", name)
-    t = _as_tensor(tensor, name)
     scale = prescale_factor * postscale_factor / (size() if op == Average else 1)
 
-    @tf.custom_gradient
-    def scatter(x):
-        out, = _run(lambda a: [array_ops.reducescatter(a, name, op, prescale_factor,
+    def forward(x):
+        return _run(lambda a: [array_ops.reducescatter(a, name, op, prescale_factor,
                                                        postscale_factor)],
-                    [x], [x.dtype], [_rows_unknown(x.shape)])
+                    [x], [x.dtype], [_rows_unknown(x.shape)])[0]
 
-        def grad(dy):
-            gathered = allgather(tf.convert_to_tensor(dy))
-            return gathered * tf.cast(scale, gathered.dtype) if scale != 1 else gathered
-        return out, grad
-
-    return scatter(t)
+    def backward(dy):
+        gathered = allgather(tf.convert_to_tensor(dy))
+        return gathered * tf.cast(scale, gathered.dtype) if scale != 1 else gathered
+    return _differentiable(forward, backward, _as_tensor(tensor, name))
 
 
 def barrier() -> None:
