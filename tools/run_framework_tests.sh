@@ -42,7 +42,7 @@ if ! where="$("$PYTHON" -c 'import dadt, dadt._core, os; print(os.path.dirname(o
     exit 1
 fi
 case "$where" in
-    "$ROOT"/*) echo "FAIL tier 2b: dadt is imported from the source tree ($where), not the installed package" >&2
+    "$ROOT"/frameworks/*) echo "FAIL tier 2b: dadt is imported from the source tree ($where), not the installed package" >&2
                exit 1 ;;
 esac
 echo "launcher: $(command -v "$DADTRUN")   package: $where   timeout per launch: ${LIMIT}s"

@@ -20,7 +20,7 @@ def broadcast_variables(variables, root_rank: int = 0, name: Optional[str] = Non
     flight at once)."""
     variables = list(variables)
     base = array_ops.make_name("broadcast_variables", name)
-    handles = [array_ops.broadcast_async(keras.ops.convert_to_numpy(v), root_rank,
+    handles = [array_ops.broadcast_async(keras.ops.convert_to_numpy(v.value), root_rank,
                                          "%s.%d" % (base, i)) for i, v in enumerate(variables)]
     for v, h in zip(variables, handles):
         v.assign(array_ops.synchronize(h))
