@@ -30,7 +30,7 @@ read -r -a SUITES <<<"${DADT_FRAMEWORK_SUITES:-tf jax}"
 # Backends the suites run on: one entry of launcher flags each. The MPI backend adds "--mpi" here.
 BACKENDS=("--gloo")
 
-declare -A NEEDS=([tf]="tensorflow keras" [jax]="jax optax")
+declare -A NEEDS=([tf]="tensorflow keras" [jax]="jax optax keras")
 
 echo "==================== [tier 2b] framework suites under dadtrun (test/python_frameworks) ===================="
 if ! command -v "$DADTRUN" >/dev/null 2>&1; then

@@ -1,5 +1,9 @@
 """The `fw` adapter for dadt.jax (see ../cases.py); initialises dadt once per session."""
-import jax
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "jax")  # test_keras_jax.py: dadt.keras on Keras' jax backend
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # int64 and float64 stay 64-bit
 
