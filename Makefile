@@ -29,7 +29,7 @@ export DADT_TEST_TIMEOUT ?= 600
 INTEGRATION_TIMEOUT ?= 1800
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: help deps build install demo test test-cc test-python-unit test-python test-integration bench clean
+.PHONY: help deps build install demo test test-cc test-python-unit test-python test-python-frameworks test-integration bench clean
 .PHONY: test-fuzz
 
 help:
@@ -58,7 +58,7 @@ demo: deps install
 # Every tier runs even when an earlier one fails; the summary says which failed.
 test: deps install
 	@log=$$(mktemp); failed=0; summary=""; \
-	for tier in test-cc test-python-unit test-python test-integration test-fuzz; do \
+	for tier in test-cc test-python-unit test-python test-python-frameworks test-integration test-fuzz; do \
 	    $(MAKE) --no-print-directory $$tier 2>&1 | tee $$log; rc=$${PIPESTATUS[0]}; \
 	    if [ $$rc -ne 0 ]; then verdict="FAILED (exit $$rc)"; failed=$$((failed + 1)); \
 	    elif grep -q '^SKIP tier' $$log; then verdict="skipped: $$(grep -m1 '^SKIP tier' $$log | sed 's/^SKIP tier [0-9]*: //')"; \
@@ -85,6 +85,10 @@ test-python-unit:
 
 test-python:
 	@bash tools/run_python_tests.sh 1 2 3 4
+
+# TensorFlow/Keras and JAX suites (test/python_frameworks) at 2 and 3 ranks.
+test-python-frameworks:
+	@bash tools/run_framework_tests.sh 2 3
 
 test-integration:
 	@echo "==================== [tier 3] Integration tests: pytest test/integration ===================="

@@ -11,6 +11,10 @@
 Tensors must be contiguous CPU tensors (CUDA tensors need the NCCL build).
 """
 
+from dadt.common.frameworks import require as _require
+
+_require("torch")
+
 from dadt.common.basics import set_fusion_params
 from dadt.common.basics import (start_timeline, stop_timeline, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
                                 gloo_built, gloo_enabled, init, is_initialized, local_rank,

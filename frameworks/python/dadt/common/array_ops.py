@@ -1,0 +1,329 @@
+"""Collectives on NumPy arrays: the engine under dadt.tensorflow, dadt.keras and dadt.jax.
+
+TensorFlow and JAX both hand their CPU buffers to Python as NumPy arrays (``tensor.numpy()``,
+``np.asarray(jax_array)``, and the arguments of ``tf.numpy_function`` and ``jax`` host
+callbacks), so one framework-free layer serves both: it validates the array, builds its DLPack
+capsule (dadt.common.dlpack), enqueues it in the runtime and keeps it alive until the handle is
+synchronized. A front end converts its tensors to NumPy arrays and back, and adds only what is
+idiomatic for its framework (gradients, graph mode, pytrees).
+
+Semantics, names and errors are those of dadt.torch: collectives are keyed by name (generated
+from a per-op counter when None, so ranks calling in the same order agree), a name is refused
+while a collective of that name is in flight on this rank, and runtime failures raise
+TensorMismatchError, ValueError or DadtInternalError with the runtime's message.
+"""
+
+import collections
+import hashlib
+import itertools
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from dadt.common import dlpack
+from dadt.common.basics import _core, call
+from dadt.common.exceptions import DadtInternalError, from_core_error
+from dadt.common.util import (NOT_INITIALIZED, OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL,
+                              OP_BARRIER, OP_BROADCAST, OP_JOIN, OP_REDUCESCATTER, Average, Max,
+                              Min, Product, Sum)
+
+_OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
+
+
+class _Entry:
+    """What one handle of this layer stands for: runtime handles, names, live buffers, result."""
+
+    __slots__ = ("handles", "names", "keep", "result")
+
+    def __init__(self, handles: List[int], names: List[str], keep: List[Any],
+                 result: Callable[[List[int]], Any]):
+        self.handles, self.names, self.keep, self.result = handles, names, keep, result
+
+
+_entries: Dict[int, _Entry] = {}
+_in_flight: Set[str] = set()
+_counters: Dict[str, Any] = collections.defaultdict(itertools.count)
+
+
+def make_name(op: str, name: Optional[str]) -> str:
+    """``name``, or the next generated ``'<op>.noname.<n>'`` (same on ranks that call alike)."""
+    if name is None:
+        return "%s.noname.%d" % (op, next(_counters[op]))
+    if not isinstance(name, str):
+        raise TypeError("name must be a str or None, got %s" % type(name).__name__)
+    return name
+
+
+def as_array(value: Any, name: str) -> np.ndarray:
+    """A C-contiguous NumPy array over ``value`` (no copy when it already is one); raises
+    ValueError naming the tensor for a dtype dadt does not reduce or move."""
+    array = np.asarray(value)
+    if not array.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d arrays into 1-d)
+        array = array.copy(order="C")
+    if not dlpack.is_supported(array.dtype):
+        raise ValueError("tensor '%s' has dtype %s, which dadt does not support; use one of %s"
+                         % (name, array.dtype, ", ".join(dlpack.SUPPORTED_DTYPE_NAMES)))
+    return array
+
+
+def _check_reduction(array: np.ndarray, name: str, op: int, prescale: float,
+                     postscale: float) -> None:
+    if op not in _OP_NAMES:
+        raise ValueError("tensor '%s': unknown reduce op %r; use Average, Sum, Min, Max or Product"
+                         % (name, op))
+    if array.dtype == np.bool_ and (op == Average or prescale != 1.0 or postscale != 1.0):
+        raise ValueError("tensor '%s' is bool: Average and scale factors are not defined for "
+                         "bool; use Sum or Max (logical or) or Min or Product (logical and)" % name)
+
+
+def _submit(op_type: int, name: str, array: Optional[np.ndarray], output: Optional[np.ndarray],
+            keep: List[Any], **desc: Any) -> int:
+    """Enqueues one collective; appends what must outlive it to ``keep``; returns its handle."""
+    if not _core.is_initialized():
+        raise ValueError(NOT_INITIALIZED)
+    if name in _in_flight:
+        raise ValueError("a collective named '%s' is already in flight on this rank; names must "
+                         "be unique among pending collectives (synchronize the first one, or "
+                         "pick another name)" % name)
+    source = sink = None
+    if array is not None:
+        source, held = dlpack.to_capsule(array)
+        keep.append(held)
+    if output is array:
+        sink = source
+    elif output is not None:
+        sink, held = dlpack.to_capsule(output)
+        keep.append(held)
+    handle = call(_core.enqueue, op_type, name, source, sink, int(desc.get("reduce_op", Average)),
+                  float(desc.get("prescale", 1.0)), float(desc.get("postscale", 1.0)),
+                  int(desc.get("root_rank", 0)), desc.get("splits"), desc.get("group_id", -1),
+                  desc.get("group_size", 0))
+    _in_flight.add(name)
+    keep.append(source)
+    keep.append(sink)
+    return handle
+
+
+def _track(handles: List[int], names: List[str], keep: List[Any],
+           result: Callable[[List[int]], Any]) -> int:
+    _entries[handles[0]] = _Entry(handles, names, keep, result)
+    return handles[0]
+
+
+def _take(handle: int) -> np.ndarray:
+    capsule = _core.take_output(handle)
+    if capsule is None:
+        raise DadtInternalError("the runtime returned no output for handle %d" % handle)
+    return dlpack.to_array(capsule)
+
+
+# ----------------------------------------------------------------------------------------------
+# Asynchronous collectives: each returns a handle for poll() / synchronize().
+# ----------------------------------------------------------------------------------------------
+
+def allreduce_async(value: Any, name: Optional[str] = None, op: int = Average,
+                    prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+    """Reduces ``value`` over all ranks into a new array; synchronize() returns it."""
+    name = make_name("allreduce", name)
+    array = as_array(value, name)
+    _check_reduction(array, name, op, prescale_factor, postscale_factor)
+    output = dlpack.aligned_empty(array.shape, array.dtype)
+    keep: List[Any] = []
+    handle = _submit(OP_ALLREDUCE, name, array, output, keep, reduce_op=op,
+                     prescale=prescale_factor, postscale=postscale_factor)
+    return _track([handle], [name], keep, lambda hs: output)
+
+
+def grouped_allreduce_async(values: Sequence[Any], name: Optional[str] = None, op: int = Average,
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+    """Reduces a list of arrays as one fused collective (members ``'<name>.<i>'``);
+    synchronize() returns the list of results."""
+    values = list(values)
+    if not values:
+        raise ValueError("grouped allreduce needs at least one tensor")
+    base = make_name("grouped_allreduce", name)
+    names = ["%s.%d" % (base, i) for i in range(len(values))]
+    arrays = [as_array(v, n) for v, n in zip(values, names)]
+    # Everything the runtime could refuse is checked before any member is enqueued: a refused
+    # member would leave the others waiting for a group that never completes.
+    for array, member in zip(arrays, names):
+        _check_reduction(array, member, op, prescale_factor, postscale_factor)
+        if member in _in_flight:
+            raise ValueError("a collective named '%s' is already in flight on this rank" % member)
+    digest = hashlib.blake2b("\0".join(names).encode(), digest_size=8).digest()
+    group_id = int.from_bytes(digest, "little") & (2**63 - 1)
+    outputs = [dlpack.aligned_empty(a.shape, a.dtype) for a in arrays]
+    keep: List[Any] = []
+    handles = [_submit(OP_ALLREDUCE, member, array, output, keep, reduce_op=op,
+                       prescale=prescale_factor, postscale=postscale_factor, group_id=group_id,
+                       group_size=len(arrays))
+               for array, output, member in zip(arrays, outputs, names)]
+    return _track(handles, names, keep, lambda hs: outputs)
+
+
+def allgather_async(value: Any, name: Optional[str] = None) -> int:
+    """Concatenates every rank's array on the first dimension; synchronize() returns it."""
+    name = make_name("allgather", name)
+    keep: List[Any] = []
+    handle = _submit(OP_ALLGATHER, name, as_array(value, name), None, keep)
+    return _track([handle], [name], keep, lambda hs: _take(hs[0]))
+
+
+def broadcast_async(value: Any, root_rank: int, name: Optional[str] = None) -> int:
+    """Copies root rank's array to every rank (into a new array); synchronize() returns it."""
+    name = make_name("broadcast", name)
+    array = as_array(value, name)
+    output = dlpack.aligned_empty(array.shape, array.dtype)
+    output[...] = array
+    keep: List[Any] = []
+    handle = _submit(OP_BROADCAST, name, output, output, keep, root_rank=root_rank)
+    return _track([handle], [name], keep, lambda hs: output)
+
+
+def _splits(splits: Any) -> Optional[List[int]]:
+    if splits is None:
+        return None
+    array = np.asarray(splits)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise ValueError("splits must be a 1-D integer tensor or a list of ints")
+    return [int(s) for s in array]
+
+
+def alltoall_async(value: Any, splits: Any = None, name: Optional[str] = None) -> int:
+    """Sends row blocks of ``value`` to each rank (``splits`` rows to rank i; equal parts when
+    None); synchronize() returns (output, received_splits as int32 array)."""
+    name = make_name("alltoall", name)
+    keep: List[Any] = []
+    handle = _submit(OP_ALLTOALL, name, as_array(value, name), None, keep,
+                     splits=_splits(splits))
+
+    def result(hs):
+        received = np.asarray(_core.received_splits(hs[0]), dtype=np.int32)
+        return _take(hs[0]), received
+    return _track([handle], [name], keep, result)
+
+
+def reducescatter_async(value: Any, name: Optional[str] = None, op: int = Average,
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+    """Reduces ``value`` over all ranks and returns this rank's block of rows (lower ranks get
+    one more row when the first dimension does not divide evenly)."""
+    name = make_name("reducescatter", name)
+    array = as_array(value, name)
+    _check_reduction(array, name, op, prescale_factor, postscale_factor)
+    keep: List[Any] = []
+    handle = _submit(OP_REDUCESCATTER, name, array, None, keep, reduce_op=op,
+                     prescale=prescale_factor, postscale=postscale_factor)
+    return _track([handle], [name], keep, lambda hs: _take(hs[0]))
+
+
+def poll(handle: int) -> bool:
+    """True when the collective behind ``handle`` has completed (synchronize() will not block)."""
+    entry = _entries.get(handle)
+    if entry is None:
+        raise ValueError("unknown dadt handle %r (already synchronized?)" % (handle,))
+    return all(call(_core.poll, h) for h in entry.handles)
+
+
+def synchronize(handle: int) -> Any:
+    """Waits for the collective behind ``handle`` and returns its result (an array, a list of
+    arrays for grouped allreduce, (output, received_splits) for alltoall, None for barrier)."""
+    entry = _entries.get(handle)
+    if entry is None:
+        raise ValueError("unknown dadt handle %r (already synchronized?)" % (handle,))
+    failure = None
+    for h in entry.handles:  # every member, so that none still writes into freed memory
+        try:
+            _core.wait(h)
+        except _core.CoreError as e:
+            failure = failure or e
+    del _entries[handle]
+    try:
+        if failure is not None:
+            raise from_core_error(failure) from None
+        return entry.result(entry.handles)
+    finally:
+        for h, n in zip(entry.handles, entry.names):
+            _core.release(h)
+            _in_flight.discard(n)
+
+
+# ----------------------------------------------------------------------------------------------
+# Blocking forms.
+# ----------------------------------------------------------------------------------------------
+
+def allreduce(value: Any, name: Optional[str] = None, op: int = Average,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> np.ndarray:
+    return synchronize(allreduce_async(value, name, op, prescale_factor, postscale_factor))
+
+
+def grouped_allreduce(values: Sequence[Any], name: Optional[str] = None, op: int = Average,
+                      prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0) -> List[np.ndarray]:
+    return synchronize(grouped_allreduce_async(values, name, op, prescale_factor,
+                                               postscale_factor))
+
+
+def allgather(value: Any, name: Optional[str] = None) -> np.ndarray:
+    return synchronize(allgather_async(value, name))
+
+
+def broadcast(value: Any, root_rank: int, name: Optional[str] = None) -> np.ndarray:
+    return synchronize(broadcast_async(value, root_rank, name))
+
+
+def alltoall(value: Any, splits: Any = None,
+             name: Optional[str] = None) -> Tuple[np.ndarray, np.ndarray]:
+    return synchronize(alltoall_async(value, splits, name))
+
+
+def reducescatter(value: Any, name: Optional[str] = None, op: int = Average,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> np.ndarray:
+    return synchronize(reducescatter_async(value, name, op, prescale_factor, postscale_factor))
+
+
+def barrier() -> None:
+    """Returns once every rank has reached it."""
+    name = make_name("barrier", None)
+    keep: List[Any] = []
+    synchronize(_track([_submit(OP_BARRIER, name, None, None, keep)], [name], keep,
+                       lambda hs: None))
+
+
+def join() -> int:
+    """Marks this rank as out of data (it joins the other ranks' allreduces with zeros) and
+    blocks until every rank joined; returns the rank that joined last."""
+    name = make_name("join", None)
+    keep: List[Any] = []
+    handle = _submit(OP_JOIN, name, None, None, keep)
+    return synchronize(_track([handle], [name], keep, lambda hs: int(_core.int_result(hs[0]))))
+
+
+# ----------------------------------------------------------------------------------------------
+# Python objects, pickled into uint8 arrays.
+# ----------------------------------------------------------------------------------------------
+
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
+    """Pickles ``obj`` on root rank and returns it, unpickled, on every rank."""
+    import pickle
+    from dadt.common.basics import rank
+    name = make_name("broadcast_object", name)
+    is_root = rank() == root_rank
+    data = (np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+            if is_root else np.zeros(0, np.uint8))
+    length = broadcast(np.array([data.size], np.int64), root_rank, name + ".sz")
+    if not is_root:
+        data = np.zeros(int(length[0]), np.uint8)
+    data = broadcast(data, root_rank, name + ".t")
+    return obj if is_root else pickle.loads(data.tobytes())
+
+
+def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
+    """Pickles ``obj`` on every rank and returns the list of every rank's object, in rank order."""
+    import pickle
+    name = make_name("allgather_object", name)
+    data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+    sizes = allgather(np.array([data.size], np.int64), name + ".sz")
+    gathered = allgather(data, name + ".t")
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    return [pickle.loads(gathered[offsets[i]:offsets[i + 1]].tobytes())
+            for i in range(len(sizes))]

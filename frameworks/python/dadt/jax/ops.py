@@ -1,0 +1,150 @@
+"""Collectives on JAX arrays and pytrees of them, eagerly and under jax.jit.
+
+Eagerly, each leaf's CPU buffer is read as a NumPy array (no copy) and handed to the runtime
+through dadt.common.array_ops. Under ``jax.jit`` (or any tracing transformation that allows
+side effects) the same code runs as one ordered ``jax.experimental.io_callback`` per call, so
+every rank submits its collectives in program order; names (generated when None) are fixed at
+trace time, identically on every rank. Under jit an allgather needs the same first dimension on
+every rank (output shapes are static); eagerly it may differ.
+
+A pytree argument becomes one grouped collective: allreduce reduces every leaf in one fused
+collective (members ``'<name>.<i>'``, leaves in ``jax.tree_util`` order), and so on.
+"""
+
+from typing import Any, List, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+
+from dadt.common import array_ops
+from dadt.common.basics import size
+from dadt.common.util import Average
+
+__all__ = ["allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall",
+           "reducescatter", "barrier", "join"]
+
+
+def _traced(leaves: List[Any]) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in leaves)
+
+
+def _run(fn, leaves: List[Any], out_specs: List[jax.ShapeDtypeStruct]) -> List[Any]:
+    """Runs ``fn`` (NumPy arrays in, list of NumPy arrays out) on ``leaves``: directly for
+    concrete arrays, as an ordered io_callback under a trace."""
+    if _traced(leaves):
+        return list(io_callback(lambda *arrays: list(fn(*arrays)), out_specs, *leaves,
+                                ordered=True))
+    return [jnp.asarray(out) for out in fn(*[np.asarray(x) for x in leaves])]
+
+
+def _spec(x: Any, rows: Optional[int] = None) -> jax.ShapeDtypeStruct:
+    shape = tuple(x.shape)
+    if rows is not None:
+        shape = (rows,) + shape[1:]
+    return jax.ShapeDtypeStruct(shape, x.dtype)
+
+
+def _leaves(tree: Any):
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return [x if hasattr(x, "dtype") else jnp.asarray(x) for x in leaves], treedef
+
+
+def _is_leaf(tree: Any) -> bool:
+    return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(tree))
+
+
+def grouped_allreduce(tensors, name: Optional[str] = None, op: int = Average,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> List[Any]:
+    """Reduces a list of arrays as one fused collective (members ``'<name>.<i>'``)."""
+    leaves = [x if hasattr(x, "dtype") else jnp.asarray(x) for x in tensors]
+    if not leaves:
+        raise ValueError("grouped allreduce needs at least one tensor")
+    base = array_ops.make_name("grouped_allreduce", name)
+    return _run(lambda *a: array_ops.grouped_allreduce(a, base, op, prescale_factor,
+                                                       postscale_factor),
+                leaves, [_spec(x) for x in leaves])
+
+
+def allreduce(tree, name: Optional[str] = None, op: int = Average, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0):
+    """Reduces an array, or every leaf of a pytree, over all processes (op: Average by default,
+    Sum, Min, Max or Product). Returns the same structure, reduced. Every rank must pass arrays
+    of the same dtypes and shapes under the same name."""
+    if _is_leaf(tree):
+        x = tree if hasattr(tree, "dtype") else jnp.asarray(tree)
+        name = array_ops.make_name("allreduce", name)
+        out, = _run(lambda a: [array_ops.allreduce(a, name, op, prescale_factor,
+                                                   postscale_factor)], [x], [_spec(x)])
+        return out
+    leaves, treedef = _leaves(tree)
+    if not leaves:
+        return tree
+    reduced = grouped_allreduce(leaves, name, op, prescale_factor, postscale_factor)
+    return jax.tree_util.tree_unflatten(treedef, reduced)
+
+
+def allgather(tree, name: Optional[str] = None):
+    """Concatenates every process's array (or every leaf of a pytree) on the first dimension.
+    Eagerly the first dimension may differ across ranks; under jit it must be the same."""
+    leaves, treedef = _leaves(tree)
+    base = array_ops.make_name("allgather", name)
+    names = [base] if _is_leaf(tree) else ["%s.%d" % (base, i) for i in range(len(leaves))]
+
+    def fn(*arrays):
+        handles = [array_ops.allgather_async(a, n) for a, n in zip(arrays, names)]
+        return [array_ops.synchronize(h) for h in handles]
+    specs = [_spec(x, (x.shape[0] * size()) if x.ndim else size()) for x in leaves]
+    return jax.tree_util.tree_unflatten(treedef, _run(fn, leaves, specs))
+
+
+def broadcast(tree, root_rank: int, name: Optional[str] = None):
+    """Returns root rank's array (or pytree of arrays) on every process."""
+    leaves, treedef = _leaves(tree)
+    base = array_ops.make_name("broadcast", name)
+    names = [base] if _is_leaf(tree) else ["%s.%d" % (base, i) for i in range(len(leaves))]
+
+    def fn(*arrays):
+        handles = [array_ops.broadcast_async(a, root_rank, n) for a, n in zip(arrays, names)]
+        return [array_ops.synchronize(h) for h in handles]
+    return jax.tree_util.tree_unflatten(treedef, _run(fn, leaves, [_spec(x) for x in leaves]))
+
+
+def alltoall(tensor, splits=None, name: Optional[str] = None):
+    """Sends ``splits[i]`` rows to rank i (equal parts when None) and returns the rows received
+    in rank order; with ``splits``, returns (output, received_splits). Eager only: the output's
+    shape depends on the other ranks."""
+    if _traced([tensor]):
+        raise NotImplementedError("dadt.jax.alltoall runs eagerly only (its output shape depends "
+                                  "on the other ranks); call it outside jax.jit")
+    out, received = array_ops.alltoall(np.asarray(tensor), splits, name)
+    out = jnp.asarray(out)
+    return out if splits is None else (out, jnp.asarray(received))
+
+
+def reducescatter(tensor, name: Optional[str] = None, op: int = Average,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0):
+    """Reduces the array over all processes and returns this rank's block of rows (lower ranks
+    get one more row when the first dimension does not divide evenly)."""
+    x = tensor if hasattr(tensor, "dtype") else jnp.asarray(tensor)
+    name = array_ops.make_name("reducescatter", name)
+    if _traced([x]):
+        from dadt.common.basics import rank
+        rows = x.shape[0] // size() + (1 if rank() < x.shape[0] % size() else 0)
+        specs = [_spec(x, rows)]
+    else:
+        specs = []
+    out, = _run(lambda a: [array_ops.reducescatter(a, name, op, prescale_factor,
+                                                   postscale_factor)], [x], specs)
+    return out
+
+
+def barrier() -> None:
+    """Returns once every process has reached it."""
+    array_ops.barrier()
+
+
+def join() -> int:
+    """Marks this rank as out of data and waits for every rank; returns the last to join."""
+    return array_ops.join()

@@ -1,0 +1,1 @@
+from cases import *  # noqa: F401,F403 - the shared suite, run on dadt.tensorflow
