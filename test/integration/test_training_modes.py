@@ -10,8 +10,8 @@ import pytest
 from conftest import PY, REPO, rank_lines, worker_env
 
 SCRIPT = os.path.join(REPO, "examples", "pytorch", "train_digits.py")
-# Same for every mode: 30 epochs, the learning rate halved every 10 epochs.
-SCHEDULE = ["--epochs", "30", "--lr-step-epochs", "10"]
+# Same for every mode: 40 epochs, base learning rate 0.0125 x size, halved every 15 epochs.
+SCHEDULE = ["--epochs", "40", "--lr", "0.0125", "--lr-step-epochs", "15"]
 
 
 def _final_accuracy(dadtrun, np, mode):
@@ -32,9 +32,3 @@ def test_async_accuracy_within_one_point_of_sync(dadtrun, np):
     assert sync >= 90.0, "sync did not train: %.2f%%" % sync
     assert abs(asynchronous - sync) <= 1.0, "async %.2f%% vs sync %.2f%%" % (asynchronous, sync)
 
-
-def test_dear_trains_digits_like_sync(dadtrun):
-    """dear is sync's maths: the same final accuracy up to rounding of a borderline sample."""
-    sync = _final_accuracy(dadtrun, 2, "sync")
-    dear = _final_accuracy(dadtrun, 2, "dear")
-    assert abs(dear - sync) <= 0.3, "dear %.2f%% vs sync %.2f%%" % (dear, sync)

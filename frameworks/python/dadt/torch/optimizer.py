@@ -132,7 +132,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             if self.mode == "dear":
                 self._engine.synchronize()
-            if pending is not None:
+            if pending and pending.get("buckets"):
                 warnings.warn("the state dict holds the pending averaged gradients of an "
                               "async-mode optimizer; mode=%r drops them" % self.mode)
         self._handles = {}

@@ -252,12 +252,13 @@ class AsyncEngine(ModeEngine):
         self._apply_pending()
 
     def pending_state(self):
-        """The averaged gradients not applied yet (waits for those in flight), or None."""
+        """What a resumed run needs (waits for the allreduces in flight): the averaged gradients
+        not applied yet (None if none) and the step count, which names the collectives."""
         self._wait_previous()
-        if not self._pending:
-            return None
-        return {"buckets": {index: t.clone() for index, t in self._pending.items()},
-                "numels": [b.numel for b in self.buckets]}
+        buckets = None
+        if self._pending:
+            buckets = {index: t.clone() for index, t in self._pending.items()}
+        return {"step": self._step, "buckets": buckets, "numels": [b.numel for b in self.buckets]}
 
     def load_pending_state(self, state):
         self._wait_previous()
@@ -269,8 +270,10 @@ class AsyncEngine(ModeEngine):
             raise ValueError("the checkpoint's pending async gradients have bucket sizes %s, this "
                              "optimizer's buckets are %s: build the optimizer with the same model, "
                              "parameters and bucket_bytes" % (state.get("numels"), numels))
-        self._pending = {int(k): v.clone().to(self.buckets[int(k)].buffers[0].dtype)
-                         for k, v in state["buckets"].items()}
+        self._step = int(state["step"])
+        if state["buckets"]:
+            self._pending = {int(k): v.clone().to(self.buckets[int(k)].buffers[0].dtype)
+                             for k, v in state["buckets"].items()}
 
 
 class DearEngine(ModeEngine):
