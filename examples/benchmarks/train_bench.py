@@ -47,8 +47,9 @@ def parse_args(argv=None):
     p.add_argument("--warmup-steps", type=int, default=5)
     p.add_argument("--steps", type=int, default=20, help="timed steps per mode and round")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
-    p.add_argument("--fusion-threshold-mb", type=float, default=4.0,
-                   help="bucket size of every mode (dadt fusion threshold, DDP bucket_cap_mb)")
+    p.add_argument("--fusion-threshold-mb", type=float, default=None,
+                   help="bucket size of every mode (dadt fusion threshold, DDP bucket_cap_mb); driver "
+                        "default 4; worker default DADT_FUSION_THRESHOLD (dadtrun --fusion-threshold-mb)")
     p.add_argument("--mode", choices=MODES + ["local"], help="worker: one mode")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated modes (default all)")
     p.add_argument("--rounds", type=int, default=5, help="driver: launches per rank count; worker: rounds")
@@ -87,13 +88,16 @@ def build_model(torch, args):
 def run_mode(torch, dadt, mode, args):
     """Global samples/s of one mode: warm-up steps, then timed steps (flush included)."""
     import torch.nn.functional as F
+    from dadt.torch import training_modes
     model, shape = build_model(torch, args)
     size, rank = dadt.size(), dadt.rank()
-    bucket_bytes = int(args.fusion_threshold_mb * MiB)
+    bucket_bytes = training_modes.default_bucket_bytes()
+    if args.fusion_threshold_mb is not None:
+        bucket_bytes = int(args.fusion_threshold_mb * MiB)
     sgd = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel
-        model = DistributedDataParallel(model, bucket_cap_mb=args.fusion_threshold_mb)
+        model = DistributedDataParallel(model, bucket_cap_mb=bucket_bytes / MiB)
         opt = sgd
     elif mode == "local":
         opt = sgd
@@ -173,6 +177,8 @@ def launch(args, np, modes):
 
 def driver(args):
     import torch
+    if args.fusion_threshold_mb is None:
+        args.fusion_threshold_mb = 4.0
     model, _ = build_model(torch, args)
     params = sum(p.numel() for p in model.parameters())
     modes = [m for m in args.mode_list if m != "local"]
