@@ -8,9 +8,10 @@ Driver (a plain script): launches itself under dadtrun, round after round, and p
     python examples/benchmarks/train_bench.py --np 2 --dadtrun-args="-H a:1,b:1"   # two hosts
 
 Each round launches `dadtrun -np 1` (plain torch, no wrapper: the one-rank baseline) and
-`dadtrun -np N` (every mode, in an order rotated each round, one after the other in the same job);
-the table holds the median over rounds of global samples/s, the ratio to sync and the scaling
-efficiency = samples/s at N ranks / (N x samples/s of one rank).
+`dadtrun -np N` (every mode in the same job, each with its own model, timed in chunks of --steps
+steps, the modes interleaved chunk by chunk in a rotated order); the table holds the median of
+global samples/s over all chunks, the median ratio to sync of chunks run back to back, and the
+scaling efficiency = samples/s at N ranks / (N x samples/s of one rank).
 
 Worker (under dadtrun; what the driver launches):
 
@@ -45,14 +46,15 @@ def parse_args(argv=None):
                    help="MLP hidden width / CNN channels (default 1024: a ~10.5M-parameter MLP)")
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
     p.add_argument("--warmup-steps", type=int, default=5)
-    p.add_argument("--steps", type=int, default=20, help="timed steps per mode and round")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per chunk")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--fusion-threshold-mb", type=float, default=None,
                    help="bucket size of every mode (dadt fusion threshold, DDP bucket_cap_mb); driver "
                         "default 4; worker default DADT_FUSION_THRESHOLD (dadtrun --fusion-threshold-mb)")
     p.add_argument("--mode", choices=MODES + ["local"], help="worker: one mode")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated modes (default all)")
-    p.add_argument("--rounds", type=int, default=5, help="driver: launches per rank count; worker: rounds")
+    p.add_argument("--rounds", type=int, default=3, help="driver: launches per rank count")
+    p.add_argument("--chunks", type=int, default=6, help="timed chunks per mode and launch")
     p.add_argument("--np", type=int, default=2, help="driver: ranks")
     p.add_argument("--dadtrun", default=None, help="launcher (default: $DADTRUN, PATH, bazel-bin)")
     p.add_argument("--dadtrun-args", default="", help="extra launcher arguments, e.g. '-H a:1,b:1'")
@@ -85,12 +87,11 @@ def build_model(torch, args):
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 10)), (3, 32, 32)
 
 
-def run_mode(torch, dadt, mode, args):
-    """Global samples/s of one mode: warm-up steps, then timed steps (flush included)."""
+def make_mode(torch, dadt, mode, args):
+    """A function that runs n training steps of `mode` (its own model and optimizer)."""
     import torch.nn.functional as F
     from dadt.torch import training_modes
     model, shape = build_model(torch, args)
-    size, rank = dadt.size(), dadt.rank()
     bucket_bytes = training_modes.default_bucket_bytes()
     if args.fusion_threshold_mb is not None:
         bucket_bytes = int(args.fusion_threshold_mb * MiB)
@@ -105,29 +106,23 @@ def run_mode(torch, dadt, mode, args):
         opt = dadt.DistributedOptimizer(sgd, named_parameters=model.named_parameters(), mode=mode,
                                         model=model, bucket_bytes=bucket_bytes)
         dadt.broadcast_parameters(model.state_dict(), root_rank=0)
-    g = torch.Generator().manual_seed(rank)
+    g = torch.Generator().manual_seed(dadt.rank())
     x = torch.randn(args.batch_size, *shape, generator=g)
     y = torch.randint(0, 10, (args.batch_size,), generator=g)
 
-    def step():
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-
-    for _ in range(args.warmup_steps):
-        step()
-    dadt.barrier()
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    if hasattr(opt, "flush"):
-        opt.flush()
-    dadt.barrier()
-    elapsed = time.perf_counter() - start
-    return size * args.batch_size * args.steps / elapsed
+    def run(steps):
+        for _ in range(steps):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        if hasattr(opt, "flush"):
+            opt.flush()  # async: the last average; dear: the deferred updates (inside the timing)
+    return run
 
 
 def worker(args):
+    """Every mode in this job, each with its own model, timed in chunks of --steps steps with the
+    modes interleaved chunk by chunk (rotated order), so that load changes hit all modes alike."""
     import torch
     import dadt.torch as dadt
     torch.set_num_threads(args.threads)
@@ -135,12 +130,19 @@ def worker(args):
     if "ddp" in args.mode_list:
         import torch.distributed as dist
         dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from dadtrun
+    runners = {m: make_mode(torch, dadt, m, args) for m in args.mode_list}
+    for run in runners.values():
+        run(args.warmup_steps)
     samples = {m: [] for m in args.mode_list}
     n = len(args.mode_list)
-    for r in range(args.rounds):
+    for r in range(args.chunks):
         for i in range(n):
-            mode = args.mode_list[(i + r) % n]  # rotate the order every round
-            samples[mode].append(run_mode(torch, dadt, mode, args))
+            mode = args.mode_list[(i + r) % n]  # rotate the order every chunk
+            dadt.barrier()
+            start = time.perf_counter()
+            runners[mode](args.steps)
+            dadt.barrier()
+            samples[mode].append(dadt.size() * args.batch_size * args.steps / (time.perf_counter() - start))
     if dadt.rank() == 0:
         print("RESULT " + json.dumps({"size": dadt.size(), "samples_per_sec": samples}), flush=True)
         if not args.worker:  # run by hand: a short table of this job alone
@@ -160,7 +162,7 @@ def launch(args, np, modes):
         sys.exit("train_bench: dadtrun not found (use --dadtrun, install dadt, or bazel build //dadtrun)")
     cmd = [dadtrun, "--gloo", "-np", str(np), "--fusion-threshold-mb", str(args.fusion_threshold_mb),
            *args.dadtrun_args.split(), sys.executable, os.path.abspath(__file__), "--worker",
-           "--modes", ",".join(modes), "--rounds", "1", "--model", args.model,
+           "--modes", ",".join(modes), "--chunks", str(args.chunks), "--model", args.model,
            "--layers", str(args.layers), "--width", str(args.width), "--batch-size", str(args.batch_size),
            "--warmup-steps", str(args.warmup_steps), "--steps", str(args.steps),
            "--threads", str(args.threads), "--fusion-threshold-mb", str(args.fusion_threshold_mb)]
@@ -195,13 +197,15 @@ def driver(args):
           "per rank; bucket %.1f MiB; %d threads per rank" % (args.model, args.layers, args.width,
                                                           params / 1e6, params * 4 / 1e6, args.batch_size,
                                                           args.fusion_threshold_mb, args.threads))
-    print("medians of %d rounds (interleaved), %d timed steps each; one rank (plain torch): "
-          "%.1f samples/s\n" % (args.rounds, args.steps, base))
+    print("%d launches x %d chunks of %d timed steps per mode, modes interleaved chunk by chunk; medians; "
+          "'vs sync' is the median ratio of chunks run back to back; one rank (plain torch): %.1f samples/s\n"
+          % (args.rounds, args.chunks, args.steps, base))
     print("| mode | ranks | samples/s (median) | min .. max | vs sync | scaling efficiency |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for mode in modes:
         med = statistics.median(many[mode])
-        ratio = "%.2fx" % (med / sync) if sync else "-"
+        # the median of the ratios of chunks run back to back in the same job
+        ratio = "%.2fx" % statistics.median(a / b for a, b in zip(many[mode], many["sync"])) if sync else "-"
         print("| %s | %d | %.1f | %.1f .. %.1f | %s | %.0f%% |" % (
             mode, args.np, med, min(many[mode]), max(many[mode]), ratio, 100 * med / (args.np * base)))
     if args.json:
