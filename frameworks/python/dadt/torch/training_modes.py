@@ -1,9 +1,9 @@
 """The "async" and "dear" training modes of DistributedOptimizer (docs/training-modes.md).
 
 Both modes copy each gradient, as soon as autograd has accumulated it, into a flat per-bucket
-buffer. Buckets are runs of parameters in layer order (the model's parameter order) of at most
-``bucket_bytes`` each; a bucket is one collective, so the runtime's own fusion has nothing left to
-do. Ordering ("priority") is decided here, in the issue order: the runtime executes collectives in
+buffer. Buckets are runs of parameters in layer order (the model's parameter order), each closed
+once it holds ``bucket_bytes``; a bucket is one collective, so the runtime's own fusion has
+little left to do. Ordering ("priority") is decided here, in the issue order: the runtime executes collectives in
 the order in which every rank has submitted them, so the earliest-submitted bucket goes first.
 
 async (DADT, Pipe-SGD): step t submits the allreduce of step t's gradients and applies the average
@@ -52,16 +52,19 @@ def default_bucket_bytes() -> int:
 
 
 def plan_buckets(params: List[torch.Tensor], bucket_bytes: int) -> List[List[torch.Tensor]]:
-    """Splits params (in layer order) into consecutive runs of at most bucket_bytes bytes (a larger
-    parameter gets a bucket of its own) and of one dtype."""
+    """Splits params (in layer order) into consecutive runs of one dtype; a run is closed as soon
+    as it holds bucket_bytes bytes or more (as DDP's buckets), so a large parameter does not leave
+    the small ones around it (biases) in buckets of their own."""
     buckets, current, current_bytes = [], [], 0
     for p in params:
-        nbytes = p.numel() * p.element_size()
-        if current and (current_bytes + nbytes > bucket_bytes or p.dtype != current[0].dtype):
+        if current and p.dtype != current[0].dtype:
             buckets.append(current)
             current, current_bytes = [], 0
         current.append(p)
-        current_bytes += nbytes
+        current_bytes += p.numel() * p.element_size()
+        if current_bytes >= bucket_bytes:
+            buckets.append(current)
+            current, current_bytes = [], 0
     if current:
         buckets.append(current)
     return buckets
