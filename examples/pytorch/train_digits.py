@@ -1,6 +1,7 @@
 """Data-parallel training of a small MLP on scikit-learn's bundled digits data set (no download).
 
     dadtrun --gloo -np 2 python examples/pytorch/train_digits.py          # or -np 1, 4, ...
+    dadtrun --gloo -np 2 python examples/pytorch/train_digits.py --mode async   # or dear
 
 Every rank trains on its own shard of the training set (rows rank::size); DistributedOptimizer
 averages the gradients, so all ranks hold the same weights after every step. Rank 0 prints one line
@@ -26,6 +27,10 @@ def parse_args():
     p.add_argument("--lr", type=float, default=0.05, help="learning rate of one rank; scaled by size()")
     p.add_argument("--batch-size", type=int, default=32, help="per-rank batch size")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--mode", choices=["sync", "async", "dear"], default="sync",
+                   help="DistributedOptimizer training mode (docs/training-modes.md)")
+    p.add_argument("--lr-step-epochs", type=int, default=0,
+                   help="halve the learning rate every this many epochs (0: constant)")
     return p.parse_args()
 
 
@@ -51,7 +56,8 @@ def main():
     torch.manual_seed(args.seed + rank)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=0.9)
-    opt = dadt.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    opt = dadt.DistributedOptimizer(opt, named_parameters=model.named_parameters(), mode=args.mode, model=model)
+    schedule = torch.optim.lr_scheduler.StepLR(opt, args.lr_step_epochs, gamma=0.5) if args.lr_step_epochs else None
     dadt.broadcast_parameters(model.state_dict(), root_rank=0)
     dadt.broadcast_optimizer_state(opt, root_rank=0)
 
@@ -73,6 +79,8 @@ def main():
             opt.step()
             total_loss += loss.item()
 
+        if schedule is not None:
+            schedule.step()
         # Mean training loss over all ranks, and test accuracy counted on each rank's test shard.
         loss = dadt.allreduce(torch.tensor([total_loss / steps]), name="epoch.loss", op=dadt.Average)
         model.eval()
@@ -83,6 +91,8 @@ def main():
             print(f"epoch {epoch} loss {loss.item():.4f} accuracy {counts[0].item() / counts[1].item():.4f}",
                   flush=True)
 
+    # async: apply the last step's pending average; dear: complete the deferred updates.
+    opt.flush()
     # All ranks hold the same weights; rank 0 evaluates the whole test set.
     model.eval()
     with torch.no_grad():

@@ -92,6 +92,9 @@ def broadcast_optimizer_state(optimizer, root_rank: int) -> None:
                                         % (gi, pi, key)))
     for handle in handles:
         synchronize(handle)
+    mode_state = getattr(optimizer, "_broadcast_mode_state", None)  # DistributedOptimizer modes
+    if mode_state is not None:
+        mode_state(root_rank)
     if is_root:
         return
 

@@ -5,12 +5,13 @@ from contextlib import contextmanager
 
 import torch
 
-from dadt.common.basics import size
+from dadt.common.basics import rank, size
 from dadt.common.util import Adasum, Average, Sum, split_list
 from dadt.torch.compression import Compression
 from dadt.torch.functions import broadcast_object
 from dadt.torch.handles import synchronize
 from dadt.torch.mpi_ops import allgather_async, allreduce_async_, grouped_allreduce_async_
+from dadt.torch import training_modes
 
 __all__ = ["DistributedOptimizer"]
 
@@ -21,7 +22,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     _dadt_distributed = True  # marks the dynamic subclass (it does not inherit from this class)
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
-                 op=Average, gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False):
+                 op=Average, gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
+                 mode="sync", model=None, bucket_bytes=None):
         super(self.__class__, self).__init__(params)
         self._compression = compression
 
@@ -77,19 +79,73 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._p_to_group = {}
         self._group_counts = {}
 
-        if size() > 1:
+        self.mode = mode
+        self._engine = None
+        if mode != "sync":
+            order = training_modes.layer_order(all_params, model)
+            if bucket_bytes is None:
+                bucket_bytes = training_modes.default_bucket_bytes()
+            base_step = _base_step(self.__class__)
+            if mode == "async":
+                self._engine = training_modes.AsyncEngine(self, order, bucket_bytes, base_step)
+            else:
+                self._engine = training_modes.DearEngine(self, order, bucket_bytes, base_step, model)
+        elif size() > 1:
             self._register_hooks()
 
-    def load_state_dict(self, *args, **kwargs):
+    def state_dict(self, *args, **kwargs):
+        """The wrapped optimizer's state dict. mode="async" adds the averaged gradients not applied
+        yet under ``"dadt_async_pending"`` (waiting for the allreduce in flight), so that a run
+        resumed from it applies them at its first step; mode="dear" first completes the deferred
+        updates (mathematically the same as completing them before the next forward)."""
+        if self.mode == "dear":
+            self._engine.synchronize()
+        state = super(self.__class__, self).state_dict(*args, **kwargs)
+        if self.mode == "async":
+            state[training_modes.PENDING_KEY] = self._engine.pending_state()
+        return state
+
+    def _broadcast_mode_state(self, root_rank):
+        """Called by broadcast_optimizer_state on every rank: root rank's pending async average
+        becomes every rank's; dear's deferred updates are completed."""
+        if self.mode == "dear":
+            self._engine.synchronize()
+        elif self.mode == "async":
+            pending = self._engine.pending_state() if rank() == root_rank else None
+            pending = broadcast_object(pending, root_rank,
+                                       name="DistributedOptimizer.async_pending")
+            if rank() != root_rank:
+                self._engine.load_pending_state(pending)
+
+    def flush(self):
+        """Completes every update that step() has scheduled: mode="async" applies the pending
+        average of the last step's gradients, mode="dear" its deferred per-bucket updates. Call it
+        at the end of training and before saving the model. A no-op in mode="sync"."""
+        if self._engine is not None:
+            self._engine.synchronize()
+
+    def load_state_dict(self, state_dict, *args, **kwargs):
+        state_dict = dict(state_dict)
+        pending = state_dict.pop(training_modes.PENDING_KEY, None)
+        if self.mode == "async":
+            self._engine.load_pending_state(pending)
+        else:
+            if self.mode == "dear":
+                self._engine.synchronize()
+            if pending and pending.get("buckets"):
+                warnings.warn("the state dict holds the pending averaged gradients of an "
+                              "async-mode optimizer; mode=%r drops them" % self.mode)
         self._handles = {}
         self._synchronized = False
         self._should_synchronize = True
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
-        super(self.__class__, self).load_state_dict(*args, **kwargs)
+        super(self.__class__, self).load_state_dict(state_dict, *args, **kwargs)
 
     def set_backward_passes_per_step(self, passes):
         """Changes how many backward passes are accumulated locally before communicating."""
+        if self.mode != "sync" and passes != 1:
+            raise ValueError("backward_passes_per_step must be 1 in mode=%r" % self.mode)
         self.backward_passes_per_step = passes
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
@@ -218,7 +274,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient allreduce and writes the averaged gradients into ``p.grad``.
         First submits the allreduce of every gradient not submitted yet: parameters that got no
-        gradient on this rank, or fewer than backward_passes_per_step backward passes."""
+        gradient on this rank, or fewer than backward_passes_per_step backward passes.
+
+        mode="async" and mode="dear": the same as flush()."""
+        if self._engine is not None:
+            return self._engine.synchronize()
         submitted = set()
         for key, (handle, _) in self._handles.items():
             if isinstance(key, tuple):
@@ -273,6 +333,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._should_synchronize = True
 
     def step(self, closure=None):
+        if self._engine is not None:
+            if closure is not None:
+                raise ValueError("step(closure) is not supported in mode=%r" % self.mode)
+            if not self._should_synchronize:
+                raise RuntimeError("skip_synchronize() is a mode='sync' pattern: in mode=%r "
+                                   "synchronize() applies updates instead of averaging "
+                                   "gradients" % self.mode)
+            return self._engine.step()
         if self._should_synchronize:
             if self._synchronized:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
@@ -285,11 +353,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, set_to_none: bool = True):
-        if self._handles:
+        # async and dear copy each gradient into their own buffers the moment it is ready.
+        if self._handles and self._engine is None:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize(). This is "
                                  "prohibited as it can cause a race condition.")
         return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
+
+
+def _base_step(cls):
+    """The wrapped optimizer's step(), bypassing dadt's."""
+    def step(opt):
+        return super(cls, opt).step()
+    return step
 
 
 def _find_duplicates(items):
@@ -301,7 +377,8 @@ def _find_duplicates(items):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         groups=None, sparse_as_dense=False, *, num_groups=0):
+                         groups=None, sparse_as_dense=False, *, num_groups=0, mode="sync",
+                         model=None, bucket_bytes=None):
     """
     An optimizer that wraps another torch.optim.Optimizer, using an allreduce to combine gradient
     values before applying gradients to model weights.
@@ -352,7 +429,35 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         sparse_as_dense: If set True, convert all sparse gradients to dense and perform allreduce,
                          then convert back to sparse before applying the update.
         num_groups: Deprecated, use `groups`.
+        mode: How gradients are exchanged (docs/training-modes.md):
+              "sync" (default): the averaged gradients of this step are applied by step().
+              "async" (DADT): step t applies the average of step t-1's gradients, reduced while
+              step t ran; step 0 applies nothing, ``flush()`` applies the pending average.
+              "dear" (DeAR): reduce-scatter in backward, all-gather before the next forward
+              needs the bucket, per-bucket update; needs ``model``. Same weights as "sync".
+        model: The torch.nn.Module being trained. Required by mode="dear" (its forward
+               pre-hooks apply the deferred updates); in mode="async" it sets the layer order.
+        bucket_bytes: Bucket size of mode="async" and mode="dear", in bytes. Default: the fusion
+                      threshold (``DADT_FUSION_THRESHOLD``, ``dadtrun --fusion-threshold-mb``), or
+                      25 MiB when none is set; 0 puts every parameter in its own bucket.
     """
+    if mode not in training_modes.MODES:
+        raise ValueError("mode must be one of %s, got %r" % (", ".join(map(repr, training_modes.MODES)),
+                                                            mode))
+    if mode == "dear" and not isinstance(model, torch.nn.Module):
+        raise ValueError("mode='dear' needs the model: DistributedOptimizer(..., mode='dear', "
+                         "model=model), so that it can hook the forward pass")
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise ValueError("model must be a torch.nn.Module, got %s" % type(model).__name__)
+    if mode != "sync":
+        if backward_passes_per_step != 1:
+            raise ValueError("mode=%r takes one backward pass per step: backward_passes_per_step "
+                             "must be 1, got %d" % (mode, backward_passes_per_step))
+        if groups is not None or num_groups != 0:
+            raise ValueError("groups is a mode='sync' option; mode=%r buckets gradients by "
+                             "bucket_bytes" % mode)
+    if bucket_bytes is not None and (not isinstance(bucket_bytes, int) or bucket_bytes < 0):
+        raise ValueError("bucket_bytes must be an int >= 0, got %r" % (bucket_bytes,))
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:
@@ -372,7 +477,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-              op, gradient_predivide_factor, groups, sparse_as_dense)
+              op, gradient_predivide_factor, groups, sparse_as_dense, mode, model, bucket_bytes)
     opt.defaults = optimizer.defaults
     opt.state.update(optimizer.state)
     return opt

@@ -1,0 +1,391 @@
+"""The "async" and "dear" training modes of DistributedOptimizer (docs/training-modes.md).
+
+Both modes copy each gradient, as soon as autograd has accumulated it, into a flat per-bucket
+buffer. Buckets are runs of parameters in layer order (the model's parameter order), each closed
+once it holds ``bucket_bytes``; a bucket is one collective, so the runtime's own fusion has
+little left to do. Ordering ("priority") is decided here, in the issue order: the runtime executes collectives in
+the order in which every rank has submitted them, so the earliest-submitted bucket goes first.
+
+async (DADT, Pipe-SGD): step t submits the allreduce of step t's gradients and applies the average
+    of step t-1's, which was reduced while step t's forward and backward ran. Step t waits for
+    step t-1's average, so the staleness is exactly one step. Step 0 applies nothing (the wrapped
+    optimizer is not called, so its state does not move); ``synchronize()`` applies the pending
+    average, so no gradient is ever lost.
+
+dear (DeAR): a bucket's reduce-scatter starts the moment its last gradient arrives in backward.
+    step() only schedules the update. A forward pre-hook on every module that owns parameters
+    waits for the reduce-scatters in layer order, issues the all-gathers of the averaged shards in
+    layer order, and applies the wrapped optimizer to a bucket's parameters just before the
+    module runs. Every rank applies the same update to the same full averaged gradient, so the
+    weights equal sync mode's up to floating-point reordering, for any torch optimizer.
+"""
+
+import os
+from typing import Dict, List, Optional
+
+import torch
+
+from dadt.torch.handles import poll, synchronize
+from dadt.torch.mpi_ops import allgather_async, allreduce_async_, reducescatter_async
+
+MODES = ("sync", "async", "dear")
+PENDING_KEY = "dadt_async_pending"  # optimizer.state_dict() key of async mode's pending average
+
+# DeAR groups layers into buckets of about 25 MB; dadt uses that when no fusion threshold is set.
+DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
+
+
+def default_bucket_bytes() -> int:
+    """The fusion threshold in bytes (``DADT_FUSION_THRESHOLD``, set by ``dadtrun
+    --fusion-threshold-mb``), or DeAR's 25 MiB when none is set. 0 puts every parameter in a
+    bucket of its own."""
+    value = os.environ.get("DADT_FUSION_THRESHOLD", "").strip()
+    if not value:
+        return DEFAULT_BUCKET_BYTES
+    try:
+        bytes_ = int(float(value))
+    except ValueError:
+        raise ValueError("DADT_FUSION_THRESHOLD must be a number of bytes, got %r" % value) from None
+    if bytes_ < 0:
+        raise ValueError("DADT_FUSION_THRESHOLD must be >= 0 bytes, got %d" % bytes_)
+    return bytes_
+
+
+def plan_buckets(params: List[torch.Tensor], bucket_bytes: int) -> List[List[torch.Tensor]]:
+    """Splits params (in layer order) into consecutive runs of one dtype; a run is closed as soon
+    as it holds bucket_bytes bytes or more (as DDP's buckets), so a large parameter does not leave
+    the small ones around it (biases) in buckets of their own."""
+    buckets, current, current_bytes = [], [], 0
+    for p in params:
+        if current and p.dtype != current[0].dtype:
+            buckets.append(current)
+            current, current_bytes = [], 0
+        current.append(p)
+        current_bytes += p.numel() * p.element_size()
+        if current_bytes >= bucket_bytes:
+            buckets.append(current)
+            current, current_bytes = [], 0
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+class _Bucket:
+    """Parameters reduced as one flat tensor; slots[i] is params[i]'s range in the flat buffer."""
+
+    def __init__(self, index: int, params: List[torch.Tensor], copies: int):
+        self.index = index
+        self.params = params
+        self.slots = []
+        offset = 0
+        for p in params:
+            self.slots.append((offset, p.numel()))
+            offset += p.numel()
+        self.numel = offset
+        self.buffers = [torch.zeros(offset, dtype=params[0].dtype) for _ in range(copies)]
+        self.arrived = set()      # ids of the params whose gradient is in the buffer this step
+        self.submitted = False
+
+    def view(self, flat: torch.Tensor, i: int) -> torch.Tensor:
+        start, n = self.slots[i]
+        return flat.narrow(0, start, n).view_as(self.params[i])
+
+
+class ModeEngine:
+    """What the async and dear engines share: the buckets, the gradient hooks that fill them, and
+    the per-bucket application of the wrapped optimizer."""
+
+    name = ""
+    copies = 1  # flat buffers per bucket
+
+    def __init__(self, opt, params: List[torch.Tensor], bucket_bytes: int, base_step):
+        self._opt = opt
+        self._base_step = base_step  # the wrapped optimizer's own step(), unbound from dadt's
+        self._step = 0               # completed step() calls
+        self.buckets = [_Bucket(i, ps, self.copies)
+                        for i, ps in enumerate(plan_buckets(params, bucket_bytes))]
+        self._where = {}             # param -> (bucket, slot)
+        for b in self.buckets:
+            for i, p in enumerate(b.params):
+                self._where[p] = (b, i)
+        self._hook_handles = [self._register_grad_hook(p) for p in params]
+        # Per bucket, the wrapped optimizer's param_groups restricted to the bucket's parameters.
+        self._groups_of = [self._restricted_groups(b) for b in self.buckets]
+
+    # -- gradient hooks ---------------------------------------------------------------------------
+    def _register_grad_hook(self, p):
+        def hook(*_):
+            self._on_grad(p)
+        if hasattr(p, "register_post_accumulate_grad_hook"):
+            return p.register_post_accumulate_grad_hook(hook)
+        raise RuntimeError("mode=%r needs torch >= 2.1 (Tensor.register_post_accumulate_grad_hook)"
+                           % self.name)
+
+    def _on_grad(self, p):
+        bucket, i = self._where[p]
+        if p.grad.is_sparse:
+            raise RuntimeError("mode=%r does not take sparse gradients (parameter '%s'); use "
+                               "mode='sync' or a dense layer" % (self.name, self._opt._parameter_names[p]))
+        if bucket.submitted or id(p) in bucket.arrived:
+            raise RuntimeError(
+                "mode=%r: the gradient of '%s' was computed twice before step(); these modes take "
+                "exactly one backward pass per step (accumulate into one loss, or use mode='sync' "
+                "with backward_passes_per_step)" % (self.name, self._opt._parameter_names[p]))
+        self._before_fill(bucket, p)
+        bucket.view(self._fill_buffer(bucket), i).copy_(p.grad)
+        bucket.arrived.add(id(p))
+        if len(bucket.arrived) == len(bucket.params):
+            self._submit(bucket)
+
+    def _before_fill(self, bucket, p):
+        """Called before a gradient is copied into the bucket (dear checks for stale weights)."""
+
+    def _fill_buffer(self, bucket) -> torch.Tensor:
+        return bucket.buffers[self._step % len(bucket.buffers)]
+
+    def _submit(self, bucket):
+        """Copies zeros for the parameters that got no gradient (as sync mode does) and starts the
+        bucket's collective."""
+        flat = self._fill_buffer(bucket)
+        for i, p in enumerate(bucket.params):
+            if id(p) not in bucket.arrived:
+                bucket.view(flat, i).zero_()
+        bucket.submitted = True
+        self._start(bucket, flat)
+
+    def _submit_remaining(self):
+        """step(): buckets not complete in backward go now, in layer order (the next forward
+        needs the first layers first)."""
+        for bucket in self.buckets:
+            if not bucket.submitted:
+                self._submit(bucket)
+        for bucket in self.buckets:
+            bucket.arrived.clear()
+            bucket.submitted = False
+
+    def _compressed(self, flat):
+        return self._opt._compression.compress(flat)
+
+    def _decompressed(self, tensor, ctx):
+        return self._opt._compression.decompress(tensor, ctx)
+
+    # -- applying the wrapped optimizer -----------------------------------------------------------
+    def _restricted_groups(self, bucket):
+        members = {id(p) for p in bucket.params}
+        return [[p for p in group["params"] if id(p) in members] for group in self._opt.param_groups]
+
+    def _apply(self, grads: Dict[int, List[torch.Tensor]]):
+        """Runs the wrapped optimizer's step on the parameters of the buckets in `grads` (bucket
+        index -> averaged gradient per parameter), leaving every p.grad as it found it."""
+        opt = self._opt
+        params = [p for index in grads for p in self.buckets[index].params]
+        saved = [p.grad for p in params]
+        full = [group["params"] for group in opt.param_groups]
+        try:
+            for index, views in grads.items():
+                for p, g in zip(self.buckets[index].params, views):
+                    p.grad = g
+            if len(grads) != len(self.buckets):
+                for gi, group in enumerate(opt.param_groups):
+                    group["params"] = [p for index in grads for p in self._groups_of[index][gi]]
+            self._base_step(opt)
+        finally:
+            for group, ps in zip(opt.param_groups, full):
+                group["params"] = ps
+            for p, g in zip(params, saved):
+                p.grad = g
+
+    def remove_hooks(self):
+        for h in self._hook_handles:
+            h.remove()
+        self._hook_handles = []
+
+
+class AsyncEngine(ModeEngine):
+    """DADT's asynchronous allreduce with staleness exactly one step."""
+
+    name = "async"
+    copies = 2  # step t fills one buffer while step t-1's is reduced in place in the other
+
+    def __init__(self, opt, params, bucket_bytes, base_step):
+        super().__init__(opt, params, bucket_bytes, base_step)
+        self._current = {}    # bucket index -> (handle, ctx, tensor): this step's allreduces
+        self._previous = {}   # the same for the previous step's, still in flight
+        self._pending = None  # bucket index -> averaged flat gradient, waiting to be applied
+
+    def _start(self, bucket, flat):
+        tensor, ctx = self._compressed(flat)
+        op, prescale, postscale = self._opt._scale_factors()
+        handle = allreduce_async_(tensor, name="async.%d.b%d" % (self._step % 2, bucket.index),
+                                  op=op, prescale_factor=prescale, postscale_factor=postscale)
+        self._current[bucket.index] = (handle, ctx, tensor)
+
+    def _wait_previous(self):
+        """Waits for the previous step's allreduces; their average becomes the pending update."""
+        if not self._previous:
+            return
+        done = {}
+        for index in sorted(self._previous):
+            handle, ctx, tensor = self._previous[index]
+            synchronize(handle)
+            done[index] = self._decompressed(tensor, ctx)
+        self._previous = {}
+        self._pending = done
+
+    def _apply_pending(self):
+        pending, self._pending = self._pending, None
+        if pending:
+            self._apply({index: [self.buckets[index].view(flat, i)
+                                 for i in range(len(self.buckets[index].params))]
+                         for index, flat in sorted(pending.items())})
+
+    def step(self):
+        """Step t: starts what is left of step t's allreduces, waits for step t-1's (reduced while
+        this step's forward and backward ran) and applies their average."""
+        self._submit_remaining()
+        self._wait_previous()
+        self._apply_pending()
+        self._previous, self._current = self._current, {}
+        self._step += 1
+
+    def synchronize(self):
+        """Applies the average in flight (flush): afterwards every gradient of every step() so
+        far has been applied exactly once."""
+        self._wait_previous()
+        self._apply_pending()
+
+    def pending_state(self):
+        """What a resumed run needs (waits for the allreduces in flight): the averaged gradients
+        not applied yet (None if none) and the step count, which names the collectives."""
+        self._wait_previous()
+        buckets = None
+        if self._pending:
+            buckets = {index: t.clone() for index, t in self._pending.items()}
+        return {"step": self._step, "buckets": buckets, "numels": [b.numel for b in self.buckets]}
+
+    def load_pending_state(self, state):
+        self._wait_previous()
+        self._pending = None
+        if state is None:
+            return
+        numels = [b.numel for b in self.buckets]
+        if list(state.get("numels", [])) != numels:
+            raise ValueError("the checkpoint's pending async gradients have bucket sizes %s, this "
+                             "optimizer's buckets are %s: build the optimizer with the same model, "
+                             "parameters and bucket_bytes" % (state.get("numels"), numels))
+        self._step = int(state["step"])
+        if state["buckets"]:
+            self._pending = {int(k): v.clone().to(self.buckets[int(k)].buffers[0].dtype)
+                             for k, v in state["buckets"].items()}
+
+
+class DearEngine(ModeEngine):
+    """DeAR: reduce-scatter in backward, all-gather before the next forward, per-bucket update."""
+
+    name = "dear"
+
+    def __init__(self, opt, params, bucket_bytes, base_step, model):
+        super().__init__(opt, params, bucket_bytes, base_step)
+        self._rs = {}        # bucket index -> (handle, ctx) of the reduce-scatter
+        self._ag = {}        # bucket index -> (handle, ctx) of the all-gather
+        self._deferred = []  # bucket indices whose update step() scheduled, in layer order
+        self._module_hooks = []
+        owned = {}
+        for module in model.modules():
+            indices = sorted({self._where[p][0].index for p in module.parameters(recurse=False)
+                              if p in self._where})
+            if indices:
+                owned[module] = indices
+        for module, indices in owned.items():
+            self._module_hooks.append(module.register_forward_pre_hook(self._pre_hook(indices)))
+
+    def _pre_hook(self, indices):
+        def hook(*_):
+            for index in indices:
+                self._complete(index)
+            self._pump()
+        return hook
+
+    def _before_fill(self, bucket, p):
+        if bucket.index in self._deferred:
+            raise RuntimeError(
+                "mode='dear': parameter '%s' got a gradient while its update from the previous "
+                "step was still deferred, so the forward pass used stale weights. dear applies "
+                "a bucket's update in the forward pre-hook of the modules that own its parameters; "
+                "use every parameter inside the forward of a module that owns it, or call "
+                "optimizer.synchronize() before the forward pass" % self._opt._parameter_names[p])
+
+    def _submit(self, bucket):
+        # A bucket whose module did not run since the last step (no gradient now) still has its
+        # previous update deferred: apply it before the buffer is reused.
+        self._complete(bucket.index)
+        super()._submit(bucket)
+
+    def _start(self, bucket, flat):
+        tensor, ctx = self._compressed(flat)
+        op, prescale, postscale = self._opt._scale_factors()
+        handle = reducescatter_async(tensor, name="dear.rs.b%d" % bucket.index, op=op,
+                                     prescale_factor=prescale, postscale_factor=postscale)
+        self._rs[bucket.index] = (handle, ctx)
+
+    def _gather(self, index):
+        handle, ctx = self._rs.pop(index)
+        shard = synchronize(handle)
+        self._ag[index] = (allgather_async(shard, name="dear.ag.b%d" % index), ctx)
+
+    def _pump(self):
+        """Starts the all-gathers whose reduce-scatter has finished, in layer order, never one
+        before an earlier bucket's."""
+        for index in self._deferred:
+            if index in self._ag:
+                continue
+            if not poll(self._rs[index][0]):
+                return
+            self._gather(index)
+
+    def _complete(self, index):
+        """Applies bucket `index`'s deferred update, starting the all-gathers it waits behind."""
+        if index not in self._deferred:
+            return
+        for earlier in self._deferred:
+            if earlier not in self._ag:
+                self._gather(earlier)
+            if earlier == index:
+                break
+        handle, ctx = self._ag.pop(index)
+        flat = self._decompressed(synchronize(handle), ctx)
+        bucket = self.buckets[index]
+        self._deferred.remove(index)
+        self._apply({index: [bucket.view(flat, i) for i in range(len(bucket.params))]})
+
+    def step(self):
+        self._submit_remaining()
+        self._deferred = sorted(self._rs)
+        self._pump()
+        self._step += 1
+
+    def synchronize(self):
+        """Completes every deferred update, in layer order."""
+        for index in list(self._deferred):
+            self._complete(index)
+
+    def remove_hooks(self):
+        super().remove_hooks()
+        for h in self._module_hooks:
+            h.remove()
+        self._module_hooks = []
+
+
+def layer_order(opt_params: List[torch.Tensor], model: Optional[torch.nn.Module]):
+    """The optimizer's trainable parameters in layer order: the model's parameter order when a
+    model is given (optimizer parameters it lacks come last), else the optimizer's own order."""
+    trainable = [p for p in opt_params if p.requires_grad]
+    if model is None:
+        return trainable
+    ids = {id(p) for p in trainable}
+    ordered, seen = [], set()
+    for p in model.parameters():
+        if id(p) in ids and id(p) not in seen:
+            ordered.append(p)
+            seen.add(id(p))
+    return ordered + [p for p in trainable if id(p) not in seen]

@@ -1,0 +1,34 @@
+"""Convergence of mode="async": on the digits data, with the same epochs and learning-rate schedule,
+its final test accuracy is within 1.0 point of mode="sync"'s, at 2 and 4 ranks
+(examples/pytorch/train_digits.py under dadtrun)."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import PY, REPO, rank_lines, worker_env
+
+SCRIPT = os.path.join(REPO, "examples", "pytorch", "train_digits.py")
+# Same for every mode: 40 epochs, base learning rate 0.0125 x size, halved every 15 epochs.
+SCHEDULE = ["--epochs", "40", "--lr", "0.0125", "--lr-step-epochs", "15"]
+
+
+def _final_accuracy(dadtrun, np, mode):
+    cmd = [dadtrun, "--gloo", "-np", str(np), PY, SCRIPT, "--mode", mode] + SCHEDULE
+    proc = subprocess.run(cmd, env=worker_env(), capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL, cwd=REPO)
+    assert proc.returncode == 0, "%s\n%s" % (" ".join(cmd), proc.stderr[-3000:])
+    lines = rank_lines(proc.stdout, rank=0)
+    m = re.fullmatch(r"final test accuracy: ([01]\.\d{4})", lines[-1] if lines else "")
+    assert m, "last line of rank 0: %r" % (lines[-1:] or proc.stdout[-500:],)
+    return 100.0 * float(m.group(1))
+
+
+@pytest.mark.parametrize("np", [2, 4])
+def test_async_accuracy_within_one_point_of_sync(dadtrun, np):
+    sync = _final_accuracy(dadtrun, np, "sync")
+    asynchronous = _final_accuracy(dadtrun, np, "async")
+    assert sync >= 90.0, "sync did not train: %.2f%%" % sync
+    assert abs(asynchronous - sync) <= 1.0, "async %.2f%% vs sync %.2f%%" % (asynchronous, sync)
+

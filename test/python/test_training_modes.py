@@ -1,0 +1,254 @@
+"""DistributedOptimizer's training modes: async (staleness exactly one step) and dear (sync's maths).
+
+Every rank runs every test; the data differ by rank, so a rank that skipped the averaging would
+diverge from the others and from the expected values.
+"""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dadt.torch as dadt
+from collective_utils import assert_rows_identical, gather_rows
+
+
+class _Dot(torch.nn.Module):
+    """loss = <w, x>: the gradient is x, whatever w is, so every update can be computed by hand."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+
+    def forward(self, x):
+        return (self.w * x).sum()
+
+
+def _dot_grad(rank, step):
+    """Rank r's gradient at step t; the average over ranks is (t + 1) * (size + 1) / 2 * [1, 2, 4]."""
+    return torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64) * (rank + 1) * (step + 1)
+
+
+def _dot_average(size, step):
+    return sum(_dot_grad(r, step) for r in range(size)) / size
+
+
+def test_async_applies_previous_steps_average_exactly(world):
+    model = _Dot()
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                    named_parameters=model.named_parameters(), mode="async",
+                                    model=model)
+    steps = 5
+    seen = []
+    for t in range(steps):
+        opt.zero_grad()
+        model(_dot_grad(world.rank, t)).backward()
+        opt.step()
+        seen.append(model.w.detach().clone())
+    opt.synchronize()
+    final = model.w.detach().clone()
+    opt.synchronize()  # nothing left: a second flush changes nothing
+    again = model.w.detach().clone()
+
+    expected = torch.zeros(3, dtype=torch.float64)
+    for t in range(steps):
+        # step t applies the average of step t-1's gradients; step 0 applies nothing
+        if t > 0:
+            expected = expected - _dot_average(world.size, t - 1)
+        assert torch.allclose(seen[t], expected, rtol=1e-12, atol=0), (t, seen[t], expected)
+    expected = expected - _dot_average(world.size, steps - 1)  # the last step's, by synchronize()
+    assert torch.allclose(final, expected, rtol=1e-12, atol=0), (final, expected)
+    assert torch.equal(again, final)
+
+
+def test_async_first_step_leaves_optimizer_state_untouched(world):
+    model = _Dot()
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9,
+                                                    weight_decay=0.1),
+                                    named_parameters=model.named_parameters(), mode="async")
+    model(_dot_grad(world.rank, 0)).backward()
+    opt.step()
+    state_after_first = len(opt.state)
+    w_after_first = model.w.detach().clone()
+    opt.zero_grad()
+    model(_dot_grad(world.rank, 1)).backward()
+    opt.step()  # applies step 0's average: the momentum buffer starts from it
+    buf = opt.state[model.w]["momentum_buffer"].clone()
+    opt.flush()
+
+    assert state_after_first == 0
+    assert torch.equal(w_after_first, torch.zeros(3, dtype=torch.float64))
+    # torch's SGD: d = g + wd * w with w = 0, buf = d on its first step
+    assert torch.allclose(buf, _dot_average(world.size, 0), rtol=1e-12, atol=0)
+
+
+def _mlp(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.Tanh(), torch.nn.Linear(32, 24),
+                               torch.nn.ReLU(), torch.nn.Linear(24, 16), torch.nn.Tanh(),
+                               torch.nn.Linear(16, 5))
+
+
+class _ConvNet(torch.nn.Module):
+    def __init__(self, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.conv1 = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(4, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8 * 4 * 4, 5)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x.view(-1, 1, 8, 8))), 2)
+        return self.fc(F.relu(self.conv2(x)).flatten(1))
+
+
+def _batch(rank, step, features=12):
+    g = torch.Generator().manual_seed(7919 * rank + 31 * step + 1)
+    return torch.randn(16, features, generator=g), torch.randint(0, 5, (16,), generator=g)
+
+
+def _train(model, opt, rank, steps, features=12, start=0):
+    for t in range(start, start + steps):
+        x, y = _batch(rank, t, features)
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def _flat(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _optimizer(kind, model):
+    if kind == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    return torch.optim.Adam(model.parameters(), lr=1e-2)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+@pytest.mark.parametrize("net", ["mlp", "cnn"])
+def test_dear_weights_equal_sync(world, nm, kind, net):
+    make, features = (_mlp, 12) if net == "mlp" else (_ConvNet, 64)
+    runs = {}
+    for mode in ("sync", "dear"):
+        model = make()
+        # 1 KiB buckets: several buckets, so the reduce-scatters and all-gathers pipeline
+        opt = dadt.DistributedOptimizer(_optimizer(kind, model),
+                                        named_parameters=model.named_parameters(), mode=mode,
+                                        model=model, bucket_bytes=1024)
+        if mode == "dear":
+            assert len(opt._engine.buckets) >= 3
+        _train(model, opt, world.rank, 20, features)
+        opt.synchronize()
+        runs[mode] = _flat(model)
+    rows = gather_rows(runs["dear"], nm("rows"))
+
+    assert_rows_identical(rows)
+    assert not torch.equal(runs["sync"], _flat(make()))  # it trained
+    diff = (runs["dear"] - runs["sync"]).abs().max() / runs["sync"].abs().max()
+    assert diff <= 1e-5, "dear differs from sync by %.3g (relative)" % diff
+
+
+def test_dear_forward_sees_the_update_of_the_last_step(world):
+    """After step() the update is deferred; the next forward (here an eval) applies it."""
+    outputs = {}
+    for mode in ("sync", "dear"):
+        model = _mlp()
+        opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                        named_parameters=model.named_parameters(), mode=mode,
+                                        model=model, bucket_bytes=0)
+        _train(model, opt, world.rank, 3)
+        with torch.no_grad():
+            outputs[mode] = model(_batch(0, 99)[0])
+        opt.synchronize()
+    assert torch.allclose(outputs["dear"], outputs["sync"], rtol=1e-5, atol=1e-6)
+
+
+def test_async_checkpoint_resume_is_exact(world):
+    """state_dict() carries the pending average: resuming from it equals never stopping."""
+    model = _mlp()
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                    named_parameters=model.named_parameters(), mode="async",
+                                    model=model)
+    _train(model, opt, world.rank, 4)
+    checkpoint = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()))
+    _train(model, opt, world.rank, 3, start=4)
+    opt.flush()
+    uninterrupted = _flat(model)
+
+    resumed_model = _mlp(seed=1)
+    resumed_model.load_state_dict(checkpoint[0])
+    resumed = dadt.DistributedOptimizer(torch.optim.SGD(resumed_model.parameters(), lr=0.05,
+                                                        momentum=0.9),
+                                        named_parameters=resumed_model.named_parameters(),
+                                        mode="async", model=resumed_model)
+    resumed.load_state_dict(checkpoint[1])
+    _train(resumed_model, resumed, world.rank, 3, start=4)
+    resumed.flush()
+
+    assert checkpoint[1]["dadt_async_pending"]["buckets"] is not None
+    assert torch.equal(_flat(resumed_model), uninterrupted)
+
+
+def test_async_broadcast_optimizer_state_shares_the_pending_average(world, nm):
+    """Rank 0's pending average reaches a rank that starts fresh from broadcast state."""
+    model = _mlp()
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                    named_parameters=model.named_parameters(), mode="async",
+                                    model=model)
+    _train(model, opt, world.rank, 3)
+    if world.rank != 0:  # a restarted rank: new weights, new optimizer, nothing pending
+        opt.flush()
+        model = _mlp(seed=5)
+        opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                        named_parameters=model.named_parameters(), mode="async",
+                                        model=model)
+    dadt.broadcast_parameters(model.state_dict(), root_rank=0)
+    dadt.broadcast_optimizer_state(opt, root_rank=0)
+    _train(model, opt, world.rank, 2, start=3)
+    opt.flush()
+    assert_rows_identical(gather_rows(_flat(model), nm("rows")))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(mode="fast"), "mode must be one of"),
+    (dict(mode="dear"), "needs the model"),
+    (dict(mode="async", backward_passes_per_step=2), "backward_passes_per_step must be 1"),
+    (dict(mode="dear", groups=2, model=torch.nn.Linear(1, 1)), "groups is a mode='sync' option"),
+    (dict(mode="async", bucket_bytes=-1), "bucket_bytes must be an int >= 0"),
+])
+def test_bad_mode_arguments_are_refused(kwargs, message):
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match=message):
+        dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  named_parameters=model.named_parameters(), **kwargs)
+
+
+def test_dear_refuses_two_backward_passes_per_step(world):
+    model = _mlp()
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                    named_parameters=model.named_parameters(), mode="dear",
+                                    model=model)
+    x, y = _batch(world.rank, 0)
+    F.cross_entropy(model(x), y).backward()
+    with pytest.raises(RuntimeError, match="computed twice before step"):
+        F.cross_entropy(model(x), y).backward()
+    opt.step()  # the buckets that completed are in flight on every rank: finish them
+    opt.synchronize()
+
+
+@pytest.mark.parametrize("mode", ["async", "dear"])
+def test_fp16_compression_of_buckets(world, mode):
+    """Compression applies to each flat bucket: the result stays close to the uncompressed one."""
+    runs = {}
+    for compression in (dadt.Compression.none, dadt.Compression.fp16):
+        model = _mlp()
+        opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                        named_parameters=model.named_parameters(), mode=mode,
+                                        model=model, bucket_bytes=2048, compression=compression)
+        _train(model, opt, world.rank, 5)
+        opt.flush()
+        runs[compression] = _flat(model)
+    reference = runs[dadt.Compression.none]
+    assert torch.allclose(runs[dadt.Compression.fp16], reference, rtol=1e-2, atol=1e-3)
+    assert not torch.equal(reference, _flat(_mlp()))
