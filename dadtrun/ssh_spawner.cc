@@ -225,6 +225,10 @@ std::string RemoteRankScript(const EnvMap& env, const std::string& cwd,
   return script;
 }
 
+std::string FrameScript(const std::string& script) {
+  return std::to_string(script.size()) + "\n" + script;
+}
+
 std::string RemoteWrapperCommand(int rank) {
   return std::string("exec /bin/sh -c '") + kWrapper + "' dadtrun-rank-" + std::to_string(rank);
 }
@@ -257,7 +261,7 @@ StatusOr<RemoteRank> SpawnSshRank(const SpawnRequest& request, const std::string
   }
   // The script fits in the pipe for any ordinary environment; a bigger one waits for ssh to read
   // it. A failed write means ssh already exited, which the supervisor reports.
-  WriteFully(in[1], std::to_string(script.size()) + "\n" + script);
+  WriteFully(in[1], FrameScript(script));
   ::fcntl(in[1], F_SETFL, ::fcntl(in[1], F_GETFL) | O_NONBLOCK);
   return RemoteRank{*spawned, in[1]};
 }

@@ -60,6 +60,9 @@ EnvMap RemoteEnvironment(const EnvMap& env, const std::set<std::string>& forced)
 std::string RemoteRankScript(const EnvMap& env, const std::string& cwd,
                              const std::vector<std::string>& command, const std::string& host);
 
+// What the wrapper reads first from its stdin: the script's length in bytes, a newline, the script.
+std::string FrameScript(const std::string& script);
+
 // The remote command line given to ssh (no secrets in it): "exec /bin/sh -c '<wrapper>' ...".
 std::string RemoteWrapperCommand(int rank);
 
