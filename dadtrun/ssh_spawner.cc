@@ -19,7 +19,7 @@ namespace dadt {
 namespace dadtrun {
 namespace {
 
-// The remote wrapper, on one line, without single quotes or '!' (it travels single-quoted through
+// The remote wrapper, on one line and without single quotes (it travels single-quoted through
 // whatever login shell the remote user has). See the header comment for what it does.
 constexpr char kWrapper[] =
     "exec 3<&0 </dev/null; "

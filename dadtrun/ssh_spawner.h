@@ -78,7 +78,8 @@ StatusOr<RemoteRank> SpawnSshRank(const SpawnRequest& request, const std::string
                                   const std::string& cwd, const std::set<std::string>& forced_env);
 
 // Asks the wrapper to send `sig` (SIGTERM, SIGINT, SIGHUP or SIGKILL) to the rank's process group.
-// SIGKILL also closes the pipe, so the wrapper kills the group even if the line is lost.
+// SIGKILL also closes the pipe, so the wrapper kills the group even if the line is lost. The caller
+// ignores SIGPIPE (dadtrun does): the wrapper may have exited already.
 void SignalRemoteRank(int* control_fd, int sig);
 
 }  // namespace dadtrun

@@ -107,7 +107,7 @@ TEST(CliTest, MissingCommand) {
 
 TEST(CliTest, UnknownFlag) {
   EXPECT_NE(ErrorOf({"--bogus", "-np", "2", "x"}).find("unknown flag '--bogus'"), std::string::npos);
-  EXPECT_NE(ErrorOf({"-np", "2", "-x", "cmd"}).find("unknown flag '-x'"), std::string::npos);
+  EXPECT_NE(ErrorOf({"-np", "2", "-y", "cmd"}).find("unknown flag '-y'"), std::string::npos);
   EXPECT_NE(ErrorOf({"-np", "2", "--mpi", "cmd"}).find("'--mpi'"), std::string::npos);
 }
 

@@ -23,10 +23,11 @@ const std::vector<std::string> kAwkward = {
     "plain", "a b", "it's", "say \"hi\"", "$HOME", "${X}", "a;b", "`id`", "$(id)", "",
     "*", "two\nlines", "tab\tx", "back\\slash", "-x", "&&", "!", "~", "#c", "'", "''\\'"};
 
-struct Ran {
-  std::string out;
-  int status = -1;
-};
+// dadtrun ignores SIGPIPE (a write to the pipe of a wrapper that has exited is EPIPE); so do we.
+const bool kSigpipeIgnored = [] {
+  std::signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
 
 std::string ReadAll(int fd) {
   std::string out;
@@ -99,7 +100,6 @@ TEST(SshSpawnerTest, RemoteEnvironmentKeepsTheJobAndDropsTheHost) {
   // The secret is in the script (read from stdin), never in the ssh command line.
   const std::string cmd = RemoteWrapperCommand(3);
   EXPECT_EQ(cmd.find("DADT_SECRET"), std::string::npos);
-  EXPECT_EQ(cmd.find('!'), std::string::npos);   // csh history expansion
   EXPECT_EQ(cmd.find('\n'), std::string::npos);  // one line for any login shell
 }
 
