@@ -104,8 +104,8 @@ Status ConvertHosts(const RawFlags& raw, const std::string& local_hostname, Laun
 }
 
 // Fills every flag the command line did not give from --config-file. -x entries from the file come
-// first, so a command-line -x for the same name wins.
-Status ApplyConfigFile(CLI::App& app, RawFlags* raw) {
+// first, so a command-line -x for the same name wins. `applied` gets the flags the file supplied.
+Status ApplyConfigFile(CLI::App& app, RawFlags* raw, std::vector<std::string>* applied) {
   if (raw->config_file.empty()) return Status::OK();
   StatusOr<std::vector<ConfigFlag>> flags = LoadConfigFile(raw->config_file);
   if (!flags.ok()) return flags.status();
@@ -119,6 +119,7 @@ Status ApplyConfigFile(CLI::App& app, RawFlags* raw) {
     if ((f.flag == "--hosts" || f.flag == "--hostfile") && hosts_given) continue;
     CLI::Option* opt = app.get_option(f.flag);
     if (opt->count() > 0) continue;
+    applied->push_back(f.flag);
     try {
       opt->add_result(f.value);
       opt->run_callback();
@@ -352,7 +353,8 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
     result.text = std::string("dadtrun ") + kVersion + "\n";
     return result;
   }
-  DADT_RETURN_IF_ERROR(ApplyConfigFile(app, &raw));
+  std::vector<std::string> from_config;
+  DADT_RETURN_IF_ERROR(ApplyConfigFile(app, &raw, &from_config));
   std::vector<std::string> command = app.remaining();
   const bool separated = !command.empty() && command[0] == "--";  // "--": the rest is the command
   if (separated) command.erase(command.begin());
@@ -360,7 +362,15 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
     return InvalidArgument("unknown flag '" + command[0] + "'; see dadtrun --help");
   }
   StatusOr<LaunchConfig> config = Convert(raw, std::move(command), local_hostname);
-  if (!config.ok()) return config.status();
+  if (!config.ok()) {
+    // A bad value that came from the config file: say so, or the user looks for a flag they never typed.
+    for (const std::string& flag : from_config) {
+      if (config.status().message().find(flag + " ") != std::string::npos) {
+        return InvalidArgument(config.status().message() + " (from config file '" + raw.config_file + "')");
+      }
+    }
+    return config.status();
+  }
   result.config = std::move(*config);
   return result;
 }

@@ -86,7 +86,10 @@ remove_etc_hosts() {
 }
 
 write_sshd_config() {
-    local h=$1
+    local h=$1 pam=no
+    # Without PAM, sshd refuses key logins to an account whose password is locked ('!' in
+    # /etc/shadow, as on some images); with PAM it does not look at the password.
+    if getent shadow root 2>/dev/null | cut -d: -f2 | grep -q '^!'; then pam=yes; fi
     cat > "$STATE/sshd_$h.conf" <<EOF
 ListenAddress $(addr_of "$h")
 Port 22
@@ -97,7 +100,7 @@ PermitRootLogin prohibit-password
 PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
-UsePAM no
+UsePAM $pam
 StrictModes no
 X11Forwarding no
 PrintMotd no

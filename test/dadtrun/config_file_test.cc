@@ -53,16 +53,34 @@ TEST(ConfigFileTest, ErrorsNameTheKey) {
   EXPECT_NE(ErrorOf("num_proc: [1\n").find("is not valid YAML"), std::string::npos);
 }
 
-TEST(ConfigFileTest, CommandLineOverridesTheFile) {
+// Writes `yaml` to a temporary file, parses `args` (with --config-file FILE in front), removes it.
+StatusOr<CommandLine> ParseWithConfig(const std::string& yaml, std::vector<std::string> args,
+                                      std::string* path_out = nullptr) {
   char path[] = "/tmp/dadt_config_test_XXXXXX";
   const int fd = ::mkstemp(path);
-  ASSERT_GE(fd, 0);
-  const std::string yaml = "num_proc: 2\nhosts: localhost:8\nstart_timeout: 7\nenv: {A: file, B: file}\n";
-  ASSERT_EQ(::write(fd, yaml.data(), yaml.size()), static_cast<ssize_t>(yaml.size()));
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(::write(fd, yaml.data(), yaml.size()), static_cast<ssize_t>(yaml.size()));
   ::close(fd);
-  StatusOr<CommandLine> cl =
-      ParseCommandLine({"--config-file", path, "-np", "3", "-x", "B=flag", "python"}, "node1");
+  args.insert(args.begin(), {"--config-file", path});
+  StatusOr<CommandLine> cl = ParseCommandLine(args, "node1");
   ::unlink(path);
+  if (path_out != nullptr) *path_out = path;
+  return cl;
+}
+
+TEST(ConfigFileTest, BadValueNamesTheFile) {
+  std::string path;
+  StatusOr<CommandLine> cl = ParseWithConfig("start_timeout: soon\n", {"-np", "1", "x"}, &path);
+  ASSERT_FALSE(cl.ok());
+  EXPECT_EQ(cl.status().message(), "--start-timeout expects a whole number of seconds >= 1, got 'soon' "
+                                   "(from config file '" + path + "')");
+}
+
+TEST(ConfigFileTest, CommandLineOverridesTheFile) {
+  StatusOr<CommandLine> cl =
+      ParseWithConfig("num_proc: 2\nhosts: localhost:8\nstart_timeout: 7\nenv: {A: file, B: file}\n"
+                      "logging: {verbose: true}\n",
+                      {"-np", "3", "-x", "B=flag", "python"});
   ASSERT_TRUE(cl.ok()) << cl.status().message();
   const LaunchConfig& c = cl->config;
   EXPECT_EQ(c.num_proc, 3);
@@ -72,6 +90,7 @@ TEST(ConfigFileTest, CommandLineOverridesTheFile) {
   ASSERT_EQ(c.forward_env.size(), 3u);  // the file's first, then the command line's: last wins
   EXPECT_EQ(c.forward_env[2].first, "B");
   EXPECT_EQ(*c.forward_env[2].second, "flag");
+  EXPECT_TRUE(c.verbose);
   StatusOr<CommandLine> missing = ParseCommandLine({"--config-file", "/no/such.yaml", "-np", "1", "x"}, "n");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().message().rfind("cannot read config file '/no/such.yaml'", 0), 0u);

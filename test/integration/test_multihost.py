@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import signal
 import subprocess
 import sys
@@ -285,13 +286,22 @@ import dadt.torch as dadt
 dadt.init()
 if dadt.rank() == 0:
     with open(sys.argv[2], "w") as f:
-        f.write(os.environ["DADT_SECRET"])
+        f.write(os.environ["DADT_SECRET"] + "\n" + os.environ["DADT_RENDEZVOUS_ADDR"] + " " +
+                os.environ["DADT_RENDEZVOUS_PORT"])
 print("READY", flush=True)
 time.sleep(300)
 """
 
 
-def test_secret_not_on_any_command_line(hosts, dadtrun, tmp_path):
+def _connects(addr, port):
+    try:
+        socket.create_connection((addr, port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_secret_hidden_and_rendezvous_on_the_chosen_interface(hosts, dadtrun, tmp_path):
     secret_file = tmp_path / "secret"
     proc, marker = _start(dadtrun, tmp_path, SECRET_PROBE, [str(secret_file)], hosts_spec="localhost:1,h2:1,h3:1",
                           np=3)
@@ -301,8 +311,13 @@ def test_secret_not_on_any_command_line(hosts, dadtrun, tmp_path):
             line = proc.stdout.readline()
             assert line, proc.stderr.read()
             ready += line.rstrip().endswith(":READY")
-        secret = secret_file.read_text()
+        secret, endpoint = secret_file.read_text().split("\n")
         assert len(secret) == 64
+        # The rendezvous server listens on the chosen interface only.
+        addr, port = endpoint.split()
+        assert addr == "10.211.0.1", endpoint
+        assert _connects(addr, int(port))
+        assert not _connects("127.0.0.1", int(port)), "the rendezvous server also listens on loopback"
         for ns in [None, *HOSTS]:
             cmd = ["ps", "-ef", "--width", "100000"] if ns is None else ["ip", "netns", "exec", ns, "ps", "-ef", "--width", "100000"]
             listing = subprocess.run(cmd, capture_output=True, text=True).stdout
