@@ -286,7 +286,7 @@ import dadt.torch as dadt
 dadt.init()
 if dadt.rank() == 0:
     with open(sys.argv[2], "w") as f:
-        f.write(os.environ["DADT_SECRET"] + "\n" + os.environ["DADT_RENDEZVOUS_ADDR"] + " " +
+        f.write(os.environ["DADT_SECRET"] + "\\n" + os.environ["DADT_RENDEZVOUS_ADDR"] + " " +
                 os.environ["DADT_RENDEZVOUS_PORT"])
 print("READY", flush=True)
 time.sleep(300)
