@@ -36,9 +36,11 @@ def _why_no_namespaces():
         return "ip(8) not found (iproute2)"
     if not os.path.exists("/usr/sbin/sshd") or shutil.which("ssh") is None:
         return "sshd or ssh not installed (openssh-server, openssh-client)"
-    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    name = f"dadt-probe-{os.getpid()}"
+    probe = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
     if probe.returncode != 0:
-        return "`ip netns` does not work here: " + probe.stderr.strip()
+        return "cannot create a network namespace here (`ip netns add`): " + probe.stderr.strip()
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
     return None
 
 
