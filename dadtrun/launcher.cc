@@ -78,6 +78,34 @@ Status CheckForwardedEnv(const LaunchConfig& config, const EnvMap& user_env) {
   return Status::OK();
 }
 
+// What starting a rank needs besides its request: where "here" is and how to reach other hosts.
+struct RankSite {
+  std::string local_hostname;
+  SshOptions ssh;
+  std::vector<std::string> ssh_env;  // the local ssh processes' environment (dadtrun's own)
+  std::string cwd;                   // remote ranks start there too
+  std::set<std::string> forced_env;  // -x names, forwarded to remote ranks whatever they are
+};
+
+// Starts one rank on `host`: here, or over ssh. For a remote rank, `*control_fd` gets its control
+// pipe and `process->signal` the hook that signals the rank through it.
+StatusOr<SpawnedRank> StartRank(SpawnRequest request, const std::string& host, const RankSite& where,
+                                int* control_fd, RankProcess* process, int* exec_errno) {
+  if (IsLocalHost(host, where.local_hostname)) return SpawnLocalRank(request, exec_errno);
+  request.inherit_stdin = false;
+  StatusOr<RemoteRank> remote =
+      SpawnSshRank(request, host, where.ssh, where.ssh_env, where.cwd, where.forced_env);
+  if (!remote.ok()) return remote.status();
+  *control_fd = remote->control_fd;
+  const pid_t ssh_pid = remote->spawned.pid;
+  process->signal = [control_fd, ssh_pid](int sig) {
+    SignalRemoteRank(control_fd, sig);
+    // Killing ssh too closes the connection, which is a SIGKILL there as well.
+    if (sig == SIGKILL) ::kill(-ssh_pid, SIGKILL);
+  };
+  return remote->spawned;
+}
+
 SshOptions SshOptionsFor(const LaunchConfig& config) {
   SshOptions ssh;
   ssh.port = config.ssh_port;
@@ -151,11 +179,13 @@ int Launch(const LaunchConfig& config) {
   sigset_t rank_mask = original_mask;
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigdelset(&rank_mask, sig);
   const bool stdin_is_tty = ::isatty(STDIN_FILENO);
-  const std::vector<std::string> ssh_env = ToEnvStrings(user_env);
-  std::set<std::string> forced_env;
-  for (const auto& kv : config.forward_env) forced_env.insert(kv.first);
+  RankSite where;
+  where.local_hostname = local_hostname;
+  where.ssh = ssh;
+  where.ssh_env = ToEnvStrings(user_env);
+  for (const auto& kv : config.forward_env) where.forced_env.insert(kv.first);
   char cwd_buf[4096];
-  const std::string cwd = ::getcwd(cwd_buf, sizeof(cwd_buf)) ? cwd_buf : "/";
+  where.cwd = ::getcwd(cwd_buf, sizeof(cwd_buf)) ? cwd_buf : "/";
   // Control pipes of the remote ranks, by rank; closed when dadtrun is done. Stable addresses: the
   // supervisor's signal hooks point into it.
   std::vector<int> control_fds(config.num_proc, -1);
@@ -175,27 +205,9 @@ int Launch(const LaunchConfig& config) {
     RankProcess process;
     process.rank = rank;
     if (!remote_hosts.empty()) process.host = host;
-    StatusOr<SpawnedRank> spawned = InvalidArgument("not started");
     int exec_errno = 0;
-    if (IsLocalHost(host, local_hostname)) {
-      spawned = SpawnLocalRank(request, &exec_errno);
-    } else {
-      request.inherit_stdin = false;
-      StatusOr<RemoteRank> remote = SpawnSshRank(request, host, ssh, ssh_env, cwd, forced_env);
-      if (remote.ok()) {
-        spawned = remote->spawned;
-        control_fds[rank] = remote->control_fd;
-        int* fd = &control_fds[rank];
-        const pid_t ssh_pid = remote->spawned.pid;
-        process.signal = [fd, ssh_pid](int sig) {
-          SignalRemoteRank(fd, sig);
-          // Killing ssh too closes the connection, which is a SIGKILL there as well.
-          if (sig == SIGKILL) ::kill(-ssh_pid, SIGKILL);
-        };
-      } else {
-        spawned = remote.status();
-      }
-    }
+    StatusOr<SpawnedRank> spawned = StartRank(request, host, where, &control_fds[rank], &process,
+                                              &exec_errno);
     if (!spawned.ok()) {
       spawn_error = spawned.status();
       spawn_exit_code = exec_errno == 0 ? 1 : (exec_errno == ENOENT ? 127 : 126);
