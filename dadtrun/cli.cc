@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <tuple>
 
 #include "dadtrun/config_file.h"
 #include "runtime/common/env.h"
@@ -24,6 +25,10 @@ struct RawFlags {
   bool autotune = false;
   std::string hostfile, ssh_port, ssh_identity, config_file;  // multi-host launching
   std::vector<std::string> env_x;                             // -x, in order
+  std::string stall_warning_s, stall_shutdown_s;  // --stall-check-{warning,shutdown}-time-seconds
+  bool no_stall_check = false;
+  bool mpi = false, check_build = false, hierarchical = false;
+  std::string mpi_args;
 };
 
 bool ParseInt64(const std::string& s, int64_t* out) {
@@ -256,6 +261,28 @@ StatusOr<LaunchConfig> Convert(const RawFlags& raw, std::vector<std::string> com
     }
   }
   c.timeline_mark_cycles = raw.mark_cycles;
+  // Stall check: each flag maps to one DADT_STALL_* variable.
+  if (raw.no_stall_check && (!raw.stall_warning_s.empty() || !raw.stall_shutdown_s.empty())) {
+    return BadValue("--no-stall-check", "not combined with --stall-check-*-time-seconds", "both given");
+  }
+  if (raw.no_stall_check) c.stall_env.emplace_back(env::kStallCheckDisable, "1");
+  for (const auto& [flag, value, var, min_exclusive] :
+       {std::make_tuple("--stall-check-warning-time-seconds", &raw.stall_warning_s, env::kStallCheckTime, true),
+        std::make_tuple("--stall-check-shutdown-time-seconds", &raw.stall_shutdown_s, env::kStallShutdownTime, false)}) {
+    if (value->empty()) continue;
+    double s;
+    if (!ParseDouble(*value, &s) || s < 0 || (min_exclusive && s == 0)) {
+      return BadValue(flag, min_exclusive ? "a number of seconds > 0" : "a number of seconds >= 0 (0 = off)", *value);
+    }
+    c.stall_env.emplace_back(var, *value);
+  }
+  if (raw.mpi && raw.gloo) return InvalidArgument("--mpi and --gloo exclude each other; pick one");
+  if (!raw.mpi_args.empty() && raw.gloo) {
+    return InvalidArgument("--mpi-args is for launches through mpirun; it does not apply to --gloo");
+  }
+  c.controller = raw.mpi ? "mpi" : raw.gloo ? "gloo" : "auto";
+  c.mpi_args = raw.mpi_args;
+  c.hierarchical_allreduce = raw.hierarchical;
   return c;
 }
 
@@ -276,7 +303,12 @@ std::string UsageText() {
          "  -i, --ssh-identity-file F  ssh private key for the remote hosts\n"
          "  -x NAME[=VALUE]            set NAME=VALUE for every rank, or forward NAME (repeatable)\n"
          "  --config-file FILE         YAML file of settings; flags override it (docs/running.md)\n"
-         "  --gloo                     use the Gloo controller (the default and only one for now)\n"
+         "  --gloo                     Gloo controller and data plane; dadtrun starts the ranks\n"
+         "  --mpi                      hand the launch to mpirun: MPI controller and data plane\n"
+         "                             (neither flag: MPI when built and mpirun is on PATH, else Gloo)\n"
+         "  --mpi-args \"ARGS\"          extra arguments for mpirun, e.g. --mpi-args \"--mca btl self,vader\"\n"
+         "  --hierarchical-allreduce   allreduce inside each host, then across hosts -> DADT_HIERARCHICAL_ALLREDUCE\n"
+         "  --check-build              print the frameworks, controllers and tensor operations this build has\n"
          "  --fusion-threshold-mb MB   tensor fusion buffer size        -> DADT_FUSION_THRESHOLD (bytes)\n"
          "  --cycle-time-ms MS         negotiation cycle time           -> DADT_CYCLE_TIME\n"
          "  --cache-capacity N         response cache entries, 0 = off  -> DADT_CACHE_CAPACITY\n"
@@ -290,6 +322,11 @@ std::string UsageText() {
          "  --autotune-log-file FILE   CSV, one row per sample          -> DADT_AUTOTUNE_LOG\n"
          "  --autotune-warmup-samples N, --autotune-steps-per-sample N, --autotune-bayes-opt-max-samples N,\n"
          "  --autotune-gaussian-process-noise X   (defaults 3, 10, 20, 0.8) -> DADT_AUTOTUNE_*\n"
+         "  --stall-check-warning-time-seconds S   warn on every rank when some ranks submitted a tensor\n"
+         "                             and others did not for S seconds (default 60) -> DADT_STALL_CHECK_TIME_SECONDS\n"
+         "  --stall-check-shutdown-time-seconds S  end the job with an error after S seconds of such a\n"
+         "                             stall (default 0: never)          -> DADT_STALL_SHUTDOWN_TIME_SECONDS\n"
+         "  --no-stall-check           no stall warnings or shutdowns    -> DADT_STALL_CHECK_DISABLE\n"
          "  --verbose                  print what dadtrun does (stderr, prefixed 'dadtrun:')\n"
          "  --version                  print the version and exit\n"
          "  -h, --help                 print this help and exit\n"
@@ -326,7 +363,14 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
   app.add_option("-i,--ssh-identity-file", raw.ssh_identity);
   app.add_option("-x", raw.env_x)->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--config-file", raw.config_file);
+  app.add_flag("--no-stall-check", raw.no_stall_check);
+  app.add_option("--stall-check-warning-time-seconds", raw.stall_warning_s);
+  app.add_option("--stall-check-shutdown-time-seconds", raw.stall_shutdown_s);
   app.add_flag("--gloo", raw.gloo);
+  app.add_flag("--mpi", raw.mpi);
+  app.add_option("--mpi-args", raw.mpi_args);
+  app.add_flag("--check-build", raw.check_build);
+  app.add_flag("--hierarchical-allreduce", raw.hierarchical);
   app.add_flag("--verbose", raw.verbose);
   app.add_flag("-h,--help", raw.help);
   app.add_flag("--version", raw.version);
@@ -351,6 +395,10 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
   if (raw.version) {
     result.action = CommandLine::Action::kVersion;
     result.text = std::string("dadtrun ") + kVersion + "\n";
+    return result;
+  }
+  if (raw.check_build) {
+    result.action = CommandLine::Action::kCheckBuild;
     return result;
   }
   std::vector<std::string> from_config;

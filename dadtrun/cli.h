@@ -28,7 +28,9 @@ struct LaunchConfig {
   int num_proc = 0;
   std::vector<HostSlots> hosts;  // from -H or --hostfile, or {localhost: num_proc}
   std::vector<std::string> command;
-  std::string controller = "gloo";
+  std::string controller = "auto";  // --gloo, --mpi; "auto": MPI when built and mpirun is found
+  std::string mpi_args;             // --mpi-args, passed to mpirun as they are
+  bool hierarchical_allreduce = false;  // --hierarchical-allreduce -> DADT_HIERARCHICAL_ALLREDUCE
   bool verbose = false;
   std::optional<int64_t> fusion_threshold_bytes;  // --fusion-threshold-mb
   std::optional<double> cycle_time_ms;            // --cycle-time-ms
@@ -44,10 +46,11 @@ struct LaunchConfig {
   std::string ssh_identity_file;                   // -i/--ssh-identity-file
   // -x NAME[=VALUE], in order: a value sets NAME for every rank; no value forwards dadtrun's own.
   std::vector<std::pair<std::string, std::optional<std::string>>> forward_env;
+  std::vector<std::pair<std::string, std::string>> stall_env;  // --*stall-check*: DADT_STALL_*
 };
 
 struct CommandLine {
-  enum class Action { kRun, kHelp, kVersion };
+  enum class Action { kRun, kHelp, kVersion, kCheckBuild };
   Action action = Action::kRun;
   LaunchConfig config;  // valid for kRun
   std::string text;     // what to print for kHelp / kVersion

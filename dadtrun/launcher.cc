@@ -11,6 +11,7 @@
 
 #include "dadtrun/console.h"
 #include "dadtrun/local_spawner.h"
+#include "dadtrun/mpi_spawner.h"
 #include "dadtrun/output_mux.h"
 #include "dadtrun/rendezvous_server.h"
 #include "dadtrun/ssh_spawner.h"
@@ -117,7 +118,10 @@ SshOptions SshOptionsFor(const LaunchConfig& config) {
 
 }  // namespace
 
-int Launch(const LaunchConfig& config) {
+int Launch(const LaunchConfig& requested) {
+  LaunchConfig config = requested;
+  config.controller = ResolveController(requested.controller);
+  if (config.controller == "mpi") return LaunchWithMpirun(config);
   const std::string local_hostname = LocalHostname();
   const std::vector<RankPlacement> placements = PlaceRanks(config.hosts, config.num_proc);
   std::vector<std::string> remote_hosts;

@@ -7,6 +7,7 @@
 #include "dadtrun/console.h"
 #include "dadtrun/hosts.h"
 #include "dadtrun/launcher.h"
+#include "dadtrun/mpi_spawner.h"
 
 int main(int argc, char** argv) {
   using dadt::dadtrun::CommandLine;
@@ -16,6 +17,10 @@ int main(int argc, char** argv) {
   if (!cl.ok()) {
     dadt::dadtrun::console::Message(cl.status().message());
     return 2;
+  }
+  if (cl->action == CommandLine::Action::kCheckBuild) {
+    std::fputs(dadt::dadtrun::CheckBuildText("").c_str(), stdout);
+    return 0;
   }
   if (cl->action != CommandLine::Action::kRun) {
     std::fputs(cl->text.c_str(), stdout);

@@ -51,7 +51,8 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
   env[env::kHostname] = place.host.empty() || IsLocalHost(place.host, endpoints.hostname)
                             ? endpoints.hostname
                             : place.host;
-  env[env::kController] = config.controller;
+  // dadtrun's own spawner runs Gloo jobs ("auto" resolves to gloo when it gets here).
+  env[env::kController] = config.controller == "auto" ? "gloo" : config.controller;
   env[env::kRendezvousAddr] = endpoints.rendezvous_addr;
   env[env::kRendezvousPort] = std::to_string(endpoints.rendezvous_port);
   env[env::kSecret] = endpoints.secret;
@@ -67,6 +68,7 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
     if (config.timeline_mark_cycles) env[env::kTimelineMarkCycles] = "1";
   }
   for (const auto& kv : config.autotune_env) env[kv.first] = kv.second;
+  for (const auto& kv : config.stall_env) env[kv.first] = kv.second;
 
   env[env::kTorchRank] = rank_s;
   env[env::kTorchWorldSize] = size;
@@ -90,6 +92,7 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
     env[env::kStartTimeout] = std::to_string(env::kDefaultStartTimeoutSeconds);
   }
   if (config.log_level) env[env::kLogLevel] = *config.log_level;
+  if (config.hierarchical_allreduce) env[env::kHierarchicalAllreduce] = "1";
 
   // Ranks sharing a host would otherwise each start one OpenMP thread per core and thrash.
   if (place.local_size > 1 && env.find(env::kOmpNumThreads) == env.end()) {

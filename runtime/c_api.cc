@@ -2,6 +2,7 @@
 // process-wide state of the library) and converts DLPack views to the core's requests.
 #include "runtime/c_api.h"
 
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -138,6 +139,13 @@ int dadt_init(const dadt_init_options* options) {
     if (options->cycle_time_ms >= 0) opts->cycle_time_ms = options->cycle_time_ms;
     if (options->cache_capacity >= 0) opts->cache_capacity = options->cache_capacity;
     if (options->backend && *options->backend) opts->backend = options->backend;
+    const bool has_comm = options->struct_size >= offsetof(dadt_init_options, mpi_comm) +
+                                                       sizeof(options->mpi_comm);
+    if (has_comm && options->mpi_comm != 0) {
+      opts->controller = "mpi";
+      opts->native_comm = options->mpi_comm;
+      if (!(options->backend && *options->backend)) opts->backend = "mpi";
+    }
   }
   auto rt = Runtime::Start(*opts, nullptr);
   if (!rt.ok()) return Fail(rt.status());
@@ -189,6 +197,11 @@ int dadt_cross_size(void) {
 const char* dadt_backend_name(void) {
   auto rt = GetRunning();
   return rt ? rt->options().backend.c_str() : nullptr;
+}
+
+int dadt_mpi_threads_supported(void) {
+  auto rt = GetRunning();
+  return rt ? (rt->controller_multi_threaded() ? 1 : 0) : -1;
 }
 
 const char* dadt_built_backends(void) {

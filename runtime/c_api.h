@@ -68,7 +68,10 @@ typedef struct dadt_init_options {
   int64_t fusion_threshold_bytes;
   double cycle_time_ms;
   int64_t cache_capacity;
-  const char* backend; /* "gloo"; NULL: from the environment */
+  const char* backend; /* "gloo" or "mpi"; NULL: from the environment */
+  /* An MPI_Comm cast to uintptr_t (e.g. mpi4py's MPI._handleof(comm)): the job is that
+   * communicator's ranks, with MPI as controller and data plane. 0: from the environment. */
+  uintptr_t mpi_comm;
 } dadt_init_options;
 
 typedef struct dadt_op_desc {
@@ -109,6 +112,9 @@ int dadt_cross_size(void);
 const char* dadt_backend_name(void);
 /* Comma-separated names of the backends built in. */
 const char* dadt_built_backends(void);
+/* 1 when the job's controller is MPI and MPI granted MPI_THREAD_MULTIPLE; 0 otherwise; -1 when
+ * not initialized. */
+int dadt_mpi_threads_supported(void);
 
 /* Timeline: rank 0 writes every tensor's phases to `path` as Chrome trace JSON (valid JSON at
  * every moment); other ranks return DADT_OK and do nothing. mark_cycles adds CYCLE_START marks. */

@@ -14,6 +14,8 @@ before dadt.init(), so the two never compete for the CPU, then measures dadt:
   (c) 200 tensors of 16 KiB .. 1 MiB: all enqueued at once (fused, default threshold) vs one
       allreduce at a time (each synchronized before the next is enqueued),
   (d) CPU used by each process while the runtime is initialised and idle.
+Then, when mpirun is on PATH (--mpi auto), the same allreduce on MPI (examples/benchmarks/mpi_rows.py):
+  (f) dadt under `dadtrun --mpi` vs raw MPI_Allreduce (raw_mpi_allreduce under mpirun), alternated.
 
 Only medians are reported. examples/benchmarks/README.md explains every column.
 """
@@ -52,6 +54,11 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=None,
                    help="alternate raw Gloo and dadt this many times; medians across rounds (3; quick 1)")
     p.add_argument("--json", default=None, help="also write every measurement to this file (rank 0)")
+    p.add_argument("--mpi", choices=("auto", "off"), default="auto",
+                   help="also measure dadt on MPI vs raw MPI_Allreduce when mpirun is on PATH (default auto)")
+    p.add_argument("--raw-mpi", default=None,
+                   help="raw_mpi_allreduce binary (default: $RAW_MPI_ALLREDUCE, PATH, bazel-bin); 'none' skips it")
+    p.add_argument("--dadt-sizes-only", default=None, help=argparse.SUPPRESS)  # mpi_rows.py's worker
     return p.parse_args(argv)
 
 
@@ -142,7 +149,18 @@ def launch(args, argv):
     for line in proc.stdout:
         sys.stdout.write(prefix.sub("", line))
         sys.stdout.flush()
-    return proc.wait()
+    rc = proc.wait()
+    if args.mpi != "off":
+        import mpi_rows
+
+        sizes = list(QUICK_SIZES if args.quick else FULL_SIZES)
+        if args.max_size is not None:
+            sizes = [s for s in sizes if s <= args.max_size]
+        helpers = {"iterations": iterations, "warmups": warmups, "bus_bandwidth_gbps": bus_bandwidth_gbps}
+        rows, notes = mpi_rows.run(args, dadtrun, sizes, helpers, worker_environment(),
+                                   lambda m: print(f"allreduce_bench: {m}", file=sys.stderr, flush=True))
+        mpi_rows.report(rows, notes, args.np, sizes, human_bytes, fmt)
+    return rc
 
 
 # ----------------------------------------------------------------------------------------------
@@ -431,6 +449,11 @@ def report(say, size, sizes, mine, raw, raw_notes, many, idle, quick, timeline):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.dadt_sizes_only:
+        import mpi_rows
+
+        sizes = [int(x) for x in args.dadt_sizes_only.split(",")]
+        return mpi_rows.dadt_sizes_worker(sizes, args.quick, bench_dadt_sizes)
     if "DADT_RANK" in os.environ and "DADT_SIZE" in os.environ:
         return worker(args)
     return launch(args, argv)

@@ -85,13 +85,14 @@ void DeleteOutputCapsule(PyObject* capsule) {
 }
 
 void Init(int64_t fusion_threshold_bytes, double cycle_time_ms, int64_t cache_capacity,
-          std::optional<std::string> backend) {
+          std::optional<std::string> backend, uintptr_t mpi_comm) {
   dadt_init_options options;
   dadt_init_options_default(&options);
   options.fusion_threshold_bytes = fusion_threshold_bytes;
   options.cycle_time_ms = cycle_time_ms;
   options.cache_capacity = cache_capacity;
   options.backend = backend ? backend->c_str() : nullptr;
+  options.mpi_comm = mpi_comm;
   int rc;
   {
     py::gil_scoped_release release;
@@ -233,7 +234,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("REDUCE_PRODUCT") = DADT_REDUCE_PRODUCT;
 
   m.def("init", &Init, py::arg("fusion_threshold_bytes") = -1, py::arg("cycle_time_ms") = -1.0,
-        py::arg("cache_capacity") = -1, py::arg("backend") = py::none(),
+        py::arg("cache_capacity") = -1, py::arg("backend") = py::none(), py::arg("mpi_comm") = 0,
         "Starts the runtime; negative/None fields come from the environment (idempotent).");
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
     if (dadt_start_timeline(path.c_str(), mark_cycles ? 1 : 0) != DADT_OK) ThrowLastError();
@@ -251,6 +252,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("cross_size", &dadt_cross_size);
   m.def("backend_name", &BackendName, "The data-plane backend in use, or None.");
   m.def("built_backends", &BuiltBackends, "Names of the backends built in.");
+  m.def("mpi_threads_supported", &dadt_mpi_threads_supported,
+        "1: MPI controller with MPI_THREAD_MULTIPLE, 0: not, -1: not initialized.");
   m.def("enqueue", &Enqueue, py::arg("op_type"), py::arg("name"), py::arg("input") = py::none(),
         py::arg("output") = py::none(), py::arg("reduce_op") = DADT_REDUCE_AVERAGE,
         py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("root_rank") = 0,

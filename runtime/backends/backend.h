@@ -40,6 +40,14 @@ struct BackendOptions : JobGeometry {
   KeyValueStore* store = nullptr;
   // Keys this backend writes are prefixed with this (e.g. "gloo/0/").
   std::string store_prefix;
+  // An engine-specific communicator handle (MPI: the MPI_Comm of the job, cast to uintptr_t), or
+  // 0 for the engine's default. Engines without communicators ignore it.
+  uintptr_t native_comm = 0;
+  // >= 0: this backend serves a sub-group of the job (rank/size above are within the group).
+  // Every rank of the job creates its group's backend at the same point; engines with
+  // communicators split the job's by this color (MPI_Comm_split), the others meet under
+  // store_prefix, which names the group.
+  int group_color = -1;
 };
 
 class Backend {

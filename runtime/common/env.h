@@ -32,6 +32,8 @@ inline constexpr const char kTorchLocalRank[] = "LOCAL_RANK";
 inline constexpr const char kTorchLocalWorldSize[] = "LOCAL_WORLD_SIZE";
 inline constexpr const char kTorchMasterAddr[] = "MASTER_ADDR";
 inline constexpr const char kTorchMasterPort[] = "MASTER_PORT";
+// Set by Open MPI's mpirun for each rank: a plain `mpirun python train.py` uses MPI as controller.
+inline constexpr const char kOmpiWorldSize[] = "OMPI_COMM_WORLD_SIZE";
 // Set by dadtrun for each rank unless the user's environment already has them.
 inline constexpr const char kOmpNumThreads[] = "OMP_NUM_THREADS";    // 1 when ranks share a host
 inline constexpr const char kPythonUnbuffered[] = "PYTHONUNBUFFERED";  // 1, so lines show promptly
@@ -47,6 +49,7 @@ inline constexpr const char kGlooTimeout[] = "DADT_GLOO_TIMEOUT_SECONDS";  // se
 inline constexpr const char kLogLevel[] = "DADT_LOG_LEVEL";  // trace|debug|info|warning|error
 inline constexpr const char kStallCheckTime[] = "DADT_STALL_CHECK_TIME_SECONDS";
 inline constexpr const char kStallShutdownTime[] = "DADT_STALL_SHUTDOWN_TIME_SECONDS";
+inline constexpr const char kStallCheckDisable[] = "DADT_STALL_CHECK_DISABLE";  // 1 = no stall check
 inline constexpr const char kAutotune[] = "DADT_AUTOTUNE";
 inline constexpr const char kAutotuneLog[] = "DADT_AUTOTUNE_LOG";
 inline constexpr const char kAutotuneWarmupSamples[] = "DADT_AUTOTUNE_WARMUP_SAMPLES";
@@ -63,6 +66,7 @@ inline constexpr int64_t kDefaultCacheCapacity = 1024;
 inline constexpr int64_t kDefaultEagerThresholdBytes = 32 * 1024;
 inline constexpr int64_t kDefaultStartTimeoutSeconds = 30;
 inline constexpr int64_t kDefaultGlooTimeoutSeconds = 300;
+inline constexpr double kDefaultStallCheckTimeSeconds = 60.0;
 
 // Returns the variable, or `fallback` when unset or empty.
 std::string GetString(const char* name, const std::string& fallback = "");

@@ -16,34 +16,40 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/backends/control_transport.h"
 #include "runtime/common/kv_store.h"
 #include "runtime/common/status.h"
 
 namespace dadt {
 namespace core {
 
-class ControlChannel {
+class ControlChannel final : public backends::ControlTransport {
  public:
   static StatusOr<std::unique_ptr<ControlChannel>> Create(int rank, int size, KeyValueStore* store,
                                                           const std::string& bind_address,
                                                           const std::string& secret,
                                                           std::chrono::milliseconds timeout);
-  ~ControlChannel();
+  ~ControlChannel() override;
 
+  // rank and size as given to Create (the launcher's environment says the rest).
+  const JobGeometry& geometry() const override { return geometry_; }
   // Worker -> coordinator.
-  Status SendToCoordinator(const std::string& payload);
+  Status SendToCoordinator(const std::string& payload) override;
   // Coordinator -> every worker.
-  Status Broadcast(const std::string& payload);
+  Status Broadcast(const std::string& payload) override;
   // Descriptors to poll for input (the coordinator's peers, or the worker's one socket).
-  const std::vector<int>& fds() const { return fds_; }
+  const std::vector<int>& fds() const override { return fds_; }
   // Reads every complete frame available without blocking; appends (peer rank, payload). A peer
   // that closed its end is an Aborted status naming the rank.
-  Status ReadAvailable(std::vector<std::pair<int, std::string>>* out);
+  Status ReadAvailable(std::vector<std::pair<int, std::string>>* out) override;
   // The rank whose connection closed (after ReadAvailable failed), or -1.
-  int closed_rank() const { return closed_rank_; }
+  int closed_rank() const override { return closed_rank_; }
 
  private:
-  ControlChannel(int rank, int size) : rank_(rank), size_(size) {}
+  ControlChannel(int rank, int size) : rank_(rank), size_(size) {
+    geometry_.rank = rank;
+    geometry_.size = size;
+  }
   struct Peer {
     int fd = -1;
     int rank = -1;
@@ -56,6 +62,7 @@ class ControlChannel {
   std::vector<Peer> peers_;
   std::vector<int> fds_;
   int closed_rank_ = -1;
+  JobGeometry geometry_;
 };
 
 }  // namespace core

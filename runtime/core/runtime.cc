@@ -6,9 +6,11 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "runtime/backends/hierarchical_allreduce.h"
 #include "runtime/common/env.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/rendezvous/client.h"
@@ -47,6 +49,41 @@ StatusOr<std::string> BindAddress(const RuntimeOptions& o) {
   return std::string(buf);
 }
 
+// The flat backend, or a HierarchicalAllreduce over it plus one backend for this host's ranks and
+// one for the ranks with this local rank on every host. Every rank creates them in this order.
+StatusOr<std::unique_ptr<backends::Backend>> WithHierarchy(std::unique_ptr<backends::Backend> flat,
+                                                           const backends::BackendOptions& bo,
+                                                           const RuntimeOptions& o) {
+  if (o.local_size <= 1 || o.cross_size <= 1 || o.size != o.local_size * o.cross_size) {
+    if (o.rank == 0) {
+      DADT_LOG(INFO) << "hierarchical allreduce needs several hosts with the same number of ranks "
+                     << "(local size " << o.local_size << ", cross size " << o.cross_size
+                     << ", size " << o.size << "); using the flat allreduce";
+    }
+    return flat;
+  }
+  backends::BackendOptions local = bo, cross = bo;
+  static_cast<JobGeometry&>(local) = JobGeometry{o.local_rank, o.local_size, o.local_rank,
+                                                 o.local_size, 0, 1};
+  local.store_prefix = bo.store_prefix + "local/" + std::to_string(o.cross_rank) + "/";
+  local.group_color = o.cross_rank;
+  static_cast<JobGeometry&>(cross) = JobGeometry{o.cross_rank, o.cross_size, 0, 1, o.cross_rank,
+                                                 o.cross_size};
+  cross.store_prefix = bo.store_prefix + "cross/" + std::to_string(o.local_rank) + "/";
+  cross.group_color = o.local_rank;
+  auto local_backend = backends::BackendRegistry::Create(o.backend, local);
+  if (!local_backend.ok()) return local_backend.status();
+  auto cross_backend = backends::BackendRegistry::Create(o.backend, cross);
+  if (!cross_backend.ok()) return cross_backend.status();
+  if (o.rank == 0) {
+    DADT_LOG(INFO) << "hierarchical allreduce over " << o.cross_size << " hosts of "
+                   << o.local_size << " ranks";
+  }
+  return std::unique_ptr<backends::Backend>(new backends::HierarchicalAllreduce(
+      std::move(flat), std::move(*local_backend), std::move(*cross_backend), o.local_rank,
+      o.local_size));
+}
+
 uint64_t RefKey(const CachedRef& r) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(r.slot)) << 32) | r.generation;
 }
@@ -72,15 +109,26 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   DADT_ASSIGN_ENV(o.cache_capacity, env::GetInt(env::kCacheCapacity, env::kDefaultCacheCapacity));
   DADT_ASSIGN_ENV(o.eager_threshold_bytes,
                   env::GetInt(env::kEagerThreshold, env::kDefaultEagerThresholdBytes));
+  DADT_ASSIGN_ENV(o.hierarchical_allreduce, env::GetBool(env::kHierarchicalAllreduce, false));
   int64_t start_s, op_s;
   DADT_ASSIGN_ENV(start_s, env::GetInt(env::kStartTimeout, env::kDefaultStartTimeoutSeconds));
   DADT_ASSIGN_ENV(op_s, env::GetInt(env::kGlooTimeout, env::kDefaultGlooTimeoutSeconds));
   o.start_timeout = std::chrono::seconds(start_s);
   o.op_timeout = std::chrono::seconds(op_s);
+  DADT_ASSIGN_ENV(o.stall, StallOptions::FromEnv());
   o.iface = env::GetString(env::kIface);
   o.secret = env::GetString(env::kSecret);
-  const std::string controller = env::GetString(env::kController, "gloo");
-  o.backend = controller;
+  // Under plain mpirun (no dadtrun: no DADT_RANK, no DADT_CONTROLLER) MPI is the controller.
+  const bool under_mpirun = !env::IsSet(env::kRank) && env::IsSet(env::kOmpiWorldSize);
+  o.controller = env::GetString(env::kController, under_mpirun ? "mpi" : "gloo");
+  if (o.controller != "gloo" && o.controller != "mpi") {
+    return InvalidArgument("DADT_CONTROLLER must be 'gloo' or 'mpi', got '" + o.controller + "'");
+  }
+  if (o.controller == "mpi") {  // geometry comes from MPI at start; the env may not have it
+    o.rank = 0;
+    o.size = 1;
+  }
+  o.backend = o.controller;
   if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
     return InvalidArgument("bad job geometry: rank " + std::to_string(o.rank) + " of size " +
                            std::to_string(o.size) + " (DADT_RANK/DADT_SIZE)");
@@ -93,8 +141,64 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
 Runtime::Runtime(const RuntimeOptions& options)
     : options_(options), cache_(options.cache_capacity) {}
 
-StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& options,
+StatusOr<std::unique_ptr<backends::ControlTransport>> Runtime::CreateTransport(
+    RuntimeOptions* options, KeyValueStore* store) {
+  if (options->controller == "gloo") {
+    auto bind = BindAddress(*options);
+    if (!bind.ok()) return bind.status();
+    auto channel = ControlChannel::Create(options->rank, options->size, store, *bind,
+                                          options->secret, options->start_timeout);
+    if (!channel.ok()) return channel.status();
+    return std::unique_ptr<backends::ControlTransport>(std::move(*channel));
+  }
+  backends::ControlTransportOptions to;
+  to.native_comm = options->native_comm;
+  to.timeout = options->start_timeout;
+  auto transport = backends::ControlTransportRegistry::Create(options->controller, to);
+  if (!transport.ok()) return transport.status();
+  static_cast<JobGeometry&>(*options) = (*transport)->geometry();
+  // Hosts as the environment describes them take precedence over MPI's shared-memory view (a
+  // scheduler that knows the topology, or pretend hosts in tests); rank and size stay MPI's.
+  const char* names[] = {env::kLocalRank, env::kLocalSize, env::kCrossRank, env::kCrossSize};
+  if (std::all_of(std::begin(names), std::end(names), [](const char* n) { return env::IsSet(n); })) {
+    int* fields[] = {&options->local_rank, &options->local_size, &options->cross_rank,
+                     &options->cross_size};
+    for (int i = 0; i < 4; ++i) DADT_ASSIGN_ENV(*fields[i], env::GetInt(names[i], 0));
+    if (options->local_rank < 0 || options->local_rank >= options->local_size ||
+        options->cross_rank < 0 || options->cross_rank >= options->cross_size) {
+      return InvalidArgument("DADT_LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_SIZE describe no valid "
+                             "place in the job");
+    }
+  }
+  return transport;
+}
+
+StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requested,
                                                   std::unique_ptr<KeyValueStore> store) {
+  RuntimeOptions options = requested;
+  if (options.backend == "mpi" && options.controller == "gloo" && options.size == 1 &&
+      !env::IsSet(env::kRendezvousAddr)) {
+    options.controller = "mpi";  // a lone process asking for MPI: an MPI singleton
+  }
+  if (options.backend == "mpi" && options.controller != "mpi") {
+    return PreconditionFailed("the mpi executor needs MPI as the controller: launch the job with "
+                              "`dadtrun --mpi` or `mpirun` (this one was started by dadtrun --gloo)");
+  }
+  // An MPI controller learns the geometry from MPI first; the TCP star needs the store first.
+  std::unique_ptr<backends::ControlTransport> transport;
+  if (options.controller != "gloo") {
+    auto created = CreateTransport(&options, nullptr);
+    if (!created.ok()) return created.status();
+    transport = std::move(*created);
+    if (!store && !env::IsSet(env::kRendezvousAddr)) {
+      if (options.backend != "mpi" && options.size > 1) {
+        return PreconditionFailed("the " + options.backend + " executor needs dadtrun's "
+                                  "rendezvous, which plain mpirun does not provide: launch with "
+                                  "`dadtrun --" + options.backend + "`, or use the mpi executor");
+      }
+      store = std::make_unique<rendezvous::InMemoryStore>();
+    }
+  }
   std::unique_ptr<Runtime> rt(new Runtime(options));
   SetLogRank(options.rank);
   if (!store) {
@@ -119,16 +223,21 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& options,
   bo.connect_timeout = options.start_timeout;
   bo.store = rt->store_.get();
   bo.store_prefix = options.backend + "/";
+  bo.native_comm = options.native_comm;
   auto backend = backends::BackendRegistry::Create(options.backend, bo);
   if (!backend.ok()) return backend.status();
+  if (options.hierarchical_allreduce) {
+    backend = WithHierarchy(std::move(*backend), bo, options);
+    if (!backend.ok()) return backend.status();
+  }
   rt->backend_ = std::move(*backend);
 
-  auto bind = BindAddress(options);
-  if (!bind.ok()) return bind.status();
-  auto channel = ControlChannel::Create(options.rank, options.size, rt->store_.get(), *bind,
-                                        options.secret, options.start_timeout);
-  if (!channel.ok()) return channel.status();
-  rt->channel_ = std::move(*channel);
+  if (!transport) {
+    auto created = CreateTransport(&options, rt->store_.get());
+    if (!created.ok()) return created.status();
+    transport = std::move(*created);
+  }
+  rt->channel_ = std::move(transport);
   Status s = rt->store_->Set("ready/" + std::to_string(options.rank), "1");
   (void)s;  // progress reporting only
 
@@ -142,6 +251,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& options,
                                              &rt->handles_, &rt->queue_, &rt->events_);
   if (rt->coordinator_) {
     rt->coordinator_->set_events(&rt->events_);
+    rt->coordinator_->set_stall_options(options.stall);
     auto tuner = AutotuneDriver::FromEnv(options.fusion_threshold_bytes, options.cycle_time_ms,
                                          options.cross_size, rt->coordinator_.get());
     if (!tuner.ok()) return tuner.status();
@@ -305,6 +415,9 @@ void Runtime::RecordCause(int cause_rank) {
 }
 
 bool Runtime::HandleResponses(const ResponseList& list) {
+  if (!list.stall_warning.empty()) {
+    DADT_LOG(WARNING) << list.stall_warning;
+  }
   if (!list.shutdown && !list.abort.empty()) {
     Abort(Aborted(list.abort), list.abort_rank);
     return true;
@@ -383,7 +496,15 @@ void Runtime::Loop() {
       }
     }
     if (shutdown_requested_ && !shutdown_sent_) timeout_ms = 0;
-    poll(fds.data(), fds.size(), timeout_ms);
+    // A transport without descriptors (MPI) is probed every poll_interval().
+    const auto probe = channel_->fds().empty() ? channel_->poll_interval()
+                                               : std::chrono::microseconds(0);
+    if (probe.count() > 0 && (timeout_ms < 0 || timeout_ms * 1000 > probe.count())) {
+      const timespec ts{0, static_cast<long>(probe.count()) * 1000};
+      ppoll(fds.data(), fds.size(), &ts, nullptr);
+    } else {
+      poll(fds.data(), fds.size(), timeout_ms);
+    }
     if (fds[0].revents & POLLIN) queue_.ClearWake();
     const auto now = Clock::now();
 
@@ -457,7 +578,7 @@ void Runtime::Loop() {
     if (s.ok() && coordinator_) {
       ResponseList list = coordinator_->Compute(Clock::now());
       if (!list.responses.empty() || list.shutdown || !list.resend.empty() ||
-          list.cache_active >= 0) {
+          list.cache_active >= 0 || !list.stall_warning.empty() || !list.abort.empty()) {
         DADT_LOG(TRACE) << "releasing " << list.responses.size() << " responses, "
                         << list.resend.size() / 3 << " resends, pending " << coordinator_->pending();
         if (options_.size > 1) s = channel_->Broadcast(SerializeResponseList(list));

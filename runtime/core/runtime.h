@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "runtime/backends/backend.h"
+#include "runtime/backends/control_transport.h"
 #include "runtime/common/kv_store.h"
 #include "runtime/common/status.h"
 #include "runtime/core/autotune_driver.h"
@@ -30,6 +31,7 @@
 #include "runtime/core/executor.h"
 #include "runtime/core/handle_table.h"
 #include "runtime/core/response_cache.h"
+#include "runtime/core/stall_inspector.h"
 #include "runtime/core/tensor_queue.h"
 #include "timeline/chrome_trace_writer.h"
 #include "timeline/event.h"
@@ -44,10 +46,18 @@ struct RuntimeOptions : JobGeometry {
   // Allreduces up to this many bytes travel with their negotiation (eager_reduce.h); 0 disables.
   int64_t eager_threshold_bytes = 32 * 1024;
   std::string backend = "gloo";
+  // Who carries negotiation: "gloo" (the TCP star over dadtrun's rendezvous) or "mpi" (MPI
+  // messages; the geometry then comes from MPI). DADT_CONTROLLER, else "mpi" under plain mpirun.
+  std::string controller = "gloo";
+  // Allreduce inside hosts, then across them (DADT_HIERARCHICAL_ALLREDUCE).
+  bool hierarchical_allreduce = false;
+  // An MPI_Comm (as uintptr_t) for controller and data plane, 0 for MPI_COMM_WORLD.
+  uintptr_t native_comm = 0;
   std::string iface;
   std::string secret;
   std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds op_timeout{std::chrono::seconds(300)};
+  StallOptions stall;  // rank 0's stall inspector (DADT_STALL_*)
 
   // The launcher's environment (docs/running.md); junk values are InvalidArgument naming them.
   static StatusOr<RuntimeOptions> FromEnv();
@@ -76,9 +86,14 @@ class Runtime {
   HandleTable& handles() { return handles_; }
   const RuntimeOptions& options() const { return options_; }
   const char* backend_name() const { return backend_->Name(); }
+  // True when the controller's library may be called from any thread (MPI_THREAD_MULTIPLE).
+  bool controller_multi_threaded() const { return channel_->multi_threaded(); }
 
  private:
   explicit Runtime(const RuntimeOptions& options);
+  // The transport for options.controller; for MPI it also fills in the geometry it finds.
+  static StatusOr<std::unique_ptr<backends::ControlTransport>> CreateTransport(
+      RuntimeOptions* options, KeyValueStore* store);
   Status Validate(const TensorEntry& entry) const;
   void Loop();
   // Returns true when the loop must end (shutdown or abort).
@@ -92,7 +107,7 @@ class Runtime {
   const RuntimeOptions options_;
   std::unique_ptr<KeyValueStore> store_;
   std::unique_ptr<backends::Backend> backend_;
-  std::unique_ptr<ControlChannel> channel_;
+  std::unique_ptr<backends::ControlTransport> channel_;
   HandleTable handles_;
   TensorQueue queue_;
   ResponseCache cache_;

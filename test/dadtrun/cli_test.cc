@@ -31,7 +31,7 @@ TEST(CliTest, CommandIsPassedThroughVerbatim) {
   LaunchConfig c = MustParse({"-np", "2", "python", "train.py", "--lr", "0.1", "-np", "9", "-H"});
   EXPECT_EQ(c.num_proc, 2);
   EXPECT_EQ(c.command, (Args{"python", "train.py", "--lr", "0.1", "-np", "9", "-H"}));
-  EXPECT_EQ(c.controller, "gloo");
+  EXPECT_EQ(c.controller, "auto");  // no --gloo/--mpi: resolved at launch
   ASSERT_EQ(c.hosts.size(), 1u);
   EXPECT_EQ(c.hosts[0].host, "localhost");
   EXPECT_EQ(c.hosts[0].slots, 2);
@@ -108,7 +108,10 @@ TEST(CliTest, MissingCommand) {
 TEST(CliTest, UnknownFlag) {
   EXPECT_NE(ErrorOf({"--bogus", "-np", "2", "x"}).find("unknown flag '--bogus'"), std::string::npos);
   EXPECT_NE(ErrorOf({"-np", "2", "-y", "cmd"}).find("unknown flag '-y'"), std::string::npos);
-  EXPECT_NE(ErrorOf({"-np", "2", "--mpi", "cmd"}).find("'--mpi'"), std::string::npos);
+  EXPECT_NE(ErrorOf({"-np", "2", "--mpi", "--gloo", "cmd"}).find("exclude each other"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"-np", "2", "--gloo", "--mpi-args", "-x A", "cmd"}).find("--mpi-args"),
+            std::string::npos);
 }
 
 TEST(CliTest, BadTuningValues) {

@@ -76,7 +76,8 @@ Result RunDadtrun(const std::vector<std::string>& args,
   static int counter = 0;
   const std::string base = TmpDir() + "/run" + std::to_string(counter++);
   const std::string out_path = base + ".out", err_path = base + ".err";
-  std::vector<std::string> argv_s = {kDadtrun};
+  // --gloo: these tests are about dadtrun's own spawner (without it dadtrun may pick mpirun).
+  std::vector<std::string> argv_s = {kDadtrun, "--gloo"};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
@@ -175,7 +176,7 @@ TEST(DadtrunTest, PortsAreNumbersAndTheSecretIsNotInAnyArgv) {
   const std::string secret = r.out.substr(s + 19, 64);
   EXPECT_EQ(secret.find_first_not_of("0123456789abcdef"), std::string::npos) << secret;
   EXPECT_NE(r.out.find("[1]<stdout>:secret " + secret), std::string::npos) << "ranks differ";
-  EXPECT_NE(r.out.find("<stdout>:parent dadtrun/dadtrun -np 2 sh -c"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("<stdout>:parent dadtrun/dadtrun --gloo -np 2 sh -c"), std::string::npos) << r.out;
   // The secret appears exactly on the two "secret" lines, nowhere in a command line.
   size_t count = 0;
   for (size_t pos = r.out.find(secret); pos != std::string::npos; pos = r.out.find(secret, pos + 1)) {

@@ -111,7 +111,7 @@ dadt.shutdown()
 def test_geometry_on_every_host(hosts, dadtrun, tmp_path):
     script = tmp_path / "geometry.py"
     script.write_text(GEOMETRY)
-    proc = run([dadtrun, "-np", "6", "-H", "h1:2,h2:2,h3:2", "--network-interface", IFACE, PY, str(script)],
+    proc = run([dadtrun, "--gloo", "-np", "6", "-H", "h1:2,h2:2,h3:2", "--network-interface", IFACE, PY, str(script)],
                timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {}
@@ -132,7 +132,7 @@ def test_geometry_on_every_host(hosts, dadtrun, tmp_path):
 
 
 def test_python_collective_suite_across_hosts(hosts, dadtrun):
-    proc = run([dadtrun, "-np", "6", "-H", "h1:2,h2:2,h3:2", "--network-interface", IFACE,
+    proc = run([dadtrun, "--gloo", "-np", "6", "-H", "h1:2,h2:2,h3:2", "--network-interface", IFACE,
                 PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test/python"], timeout=900)
     tail = "\n".join(proc.stdout.splitlines()[-30:])
     assert proc.returncode == 0, f"{tail}\n{proc.stderr[-3000:]}"
@@ -148,9 +148,9 @@ def _final_accuracy(stdout):
 
 def test_digits_example_same_accuracy_as_one_host(hosts, dadtrun):
     example = [PY, "examples/pytorch/train_digits.py", "--epochs", "10"]
-    one = run([dadtrun, "-np", "6", *example], timeout=600)
+    one = run([dadtrun, "--gloo", "-np", "6", *example], timeout=600)
     assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-2000:]
-    three = run([dadtrun, "-np", "6", "-H", "h1:2,h2:2,h3:2", "--network-interface", IFACE, *example], timeout=600)
+    three = run([dadtrun, "--gloo", "-np", "6", "-H", "h1:2,h2:2,h3:2", "--network-interface", IFACE, *example], timeout=600)
     assert three.returncode == 0, three.stdout[-2000:] + three.stderr[-2000:]
     a1, a3 = _final_accuracy(one.stdout), _final_accuracy(three.stdout)
     assert a1 is not None and a3 is not None, one.stdout[-1000:] + three.stdout[-1000:]
@@ -184,7 +184,7 @@ def _start(dadtrun, tmp_path, script_text, args, hosts_spec="h1:2,h2:2,h3:2", np
     marker = "dadt-mh-" + os.urandom(6).hex()
     script = tmp_path / "job.py"
     script.write_text(script_text)
-    cmd = [dadtrun, "-np", str(np), "-H", hosts_spec, "--network-interface", IFACE, *flags,
+    cmd = [dadtrun, "--gloo", "-np", str(np), "-H", hosts_spec, "--network-interface", IFACE, *flags,
            PY, str(script), marker, *args]
     proc = subprocess.Popen(cmd, env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL, start_new_session=True, cwd=REPO)
@@ -258,7 +258,7 @@ def test_unreachable_host_is_named(hosts, dadtrun):
     assert stop.returncode == 0, stop.stderr
     try:
         start = time.monotonic()
-        proc = run([dadtrun, "-np", "6", "-H", "h1:2,h2:2,h3:2", "--start-timeout", "10",
+        proc = run([dadtrun, "--gloo", "-np", "6", "-H", "h1:2,h2:2,h3:2", "--start-timeout", "10",
                     "--network-interface", IFACE, "true"], timeout=60)
         took = time.monotonic() - start
     finally:
@@ -273,7 +273,7 @@ def test_unreachable_host_is_named(hosts, dadtrun):
 
 
 def test_all_unreachable_hosts_in_one_error(hosts, dadtrun):
-    proc = run([dadtrun, "-np", "3", "-H", "h1:1,nohost-a.invalid:1,nohost-b.invalid:1", "--start-timeout", "10",
+    proc = run([dadtrun, "--gloo", "-np", "3", "-H", "h1:1,nohost-a.invalid:1,nohost-b.invalid:1", "--start-timeout", "10",
                 "true"], timeout=60)
     assert proc.returncode >= 2
     errors = [ln for ln in launcher_lines(proc.stderr) if "cannot reach" in ln]
@@ -357,7 +357,7 @@ def test_awkward_arguments_round_trip(hosts, dadtrun, tmp_path, where):
     workdir = tmp_path / "dir with 'quote' $and space"
     workdir.mkdir()
     env = worker_env(AWK_W="w $x ;'\" y")
-    proc = run([dadtrun, "-np", "1", "-H", where, "--network-interface", IFACE, "-x", "AWK_V=" + value,
+    proc = run([dadtrun, "--gloo", "-np", "1", "-H", where, "--network-interface", IFACE, "-x", "AWK_V=" + value,
                 "-x", "AWK_W", PY, str(script), *AWKWARD], env=env, cwd=str(workdir), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     payloads = [ln[len("ARGS "):] for ln in rank_lines(proc.stdout) if ln.startswith("ARGS ")]
@@ -373,14 +373,14 @@ def test_launcher_errors_are_one_line(hosts, dadtrun, tmp_path):
     bad_hostfile = tmp_path / "hosts"
     bad_hostfile.write_text("h1 slots=2\nh2 slots=lots\n")
     cases = {
-        "bad flag": ([dadtrun, "--no-such-flag", "-np", "2", "true"], "unknown flag '--no-such-flag'"),
-        "bad hostfile line": ([dadtrun, "-np", "2", "--hostfile", str(bad_hostfile), "true"],
+        "bad flag": ([dadtrun, "--gloo", "--no-such-flag", "-np", "2", "true"], "unknown flag '--no-such-flag'"),
+        "bad hostfile line": ([dadtrun, "--gloo", "-np", "2", "--hostfile", str(bad_hostfile), "true"],
                               f"hostfile '{bad_hostfile}' line 2: the slot count in 'slots=lots' must be a positive"),
-        "np over slots": ([dadtrun, "-np", "7", "-H", "h1:2,h2:2,h3:2", "true"],
+        "np over slots": ([dadtrun, "--gloo", "-np", "7", "-H", "h1:2,h2:2,h3:2", "true"],
                           "-np 7 is more than the 6 slots given by -H/--hosts 'h1:2,h2:2,h3:2'; lower -np or add slots"),
-        "unknown host": ([dadtrun, "-np", "1", "-H", "no-such-host.invalid:1", "--start-timeout", "5", "true"],
+        "unknown host": ([dadtrun, "--gloo", "-np", "1", "-H", "no-such-host.invalid:1", "--start-timeout", "5", "true"],
                          "cannot reach 1 of 1 host(s) over ssh: no-such-host.invalid ("),
-        "bad -x": ([dadtrun, "-np", "1", "-x", "DADT_NOT_SET_ANYWHERE", "true"],
+        "bad -x": ([dadtrun, "--gloo", "-np", "1", "-x", "DADT_NOT_SET_ANYWHERE", "true"],
                    "-x DADT_NOT_SET_ANYWHERE: DADT_NOT_SET_ANYWHERE is not set in dadtrun's environment"),
     }
     for name, (cmd, expected) in cases.items():
@@ -402,7 +402,7 @@ def test_hostfile_config_file_and_output_files(hosts, dadtrun, tmp_path):
                       f"output_filename: {outdir}\nenv:\n  CFG_VALUE: from-config\n")
     probe = "import os; print(os.environ['DADT_HOSTNAME'], os.environ['CFG_VALUE'], os.environ['DADT_LOCAL_RANK'])"
     # -np 3 on the command line overrides num_proc: 2 from the file.
-    proc = run([dadtrun, "--config-file", str(config), "-np", "3", PY, "-c", probe], timeout=120)
+    proc = run([dadtrun, "--gloo", "--config-file", str(config), "-np", "3", PY, "-c", probe], timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = {r: rank_lines(proc.stdout, rank=r) for r in range(3)}
     assert got == {0: ["h1 from-config 0"], 1: ["h3 from-config 0"], 2: ["h3 from-config 1"]}, proc.stdout

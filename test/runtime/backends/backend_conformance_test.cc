@@ -5,7 +5,8 @@
 // Expected values come from expected_values.h: exact in every dtype, independent of the reduction
 // order, and folded in double by the test itself, never with the kernels under test.
 //
-// To cover a new backend, add it to the INSTANTIATE_TEST_SUITE_P list at the bottom.
+// To cover a new backend, add a <backend>_conformance_test.cc that instantiates the suite
+// (gloo_conformance_test.cc: ranks as threads; mpi_conformance_test.cc: ranks as mpirun processes).
 #include <atomic>
 #include <chrono>
 #include <numeric>
@@ -17,10 +18,12 @@
 #include "gtest/gtest.h"
 #include "runtime/backends/backend.h"
 #include "test/runtime/backends/expected_values.h"
+#include "test/runtime/backends/backend_conformance.h"
 #include "test/runtime/backends/rank_threads.h"
 
 namespace dadt {
 namespace backends {
+namespace conformance {
 namespace {
 
 using testutil::Buffer;
@@ -37,20 +40,6 @@ constexpr DataType kAllTypes[] = {DataType::kUint8,   DataType::kInt8,     DataT
                                   DataType::kInt64,   DataType::kFloat16,  DataType::kBfloat16,
                                   DataType::kFloat32, DataType::kFloat64,  DataType::kBool};
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
-
-struct Param {
-  std::string backend;
-  int size;
-};
-
-void PrintTo(const Param& p, std::ostream* os) { *os << p.backend << " x" << p.size; }
-
-class BackendConformanceTest : public ::testing::TestWithParam<Param> {
- protected:
-  const std::string& backend() const { return GetParam().backend; }
-  int size() const { return GetParam().size; }
-  void Run(const testutil::RankBody& body) { RunRanks(backend(), size(), body); }
-};
 
 TEST_P(BackendConformanceTest, NameIsUpperCase) {
   Run([](int, Backend& b) {
@@ -223,7 +212,8 @@ TEST_P(BackendConformanceTest, ReducescatterEveryDtypeOpAndUnevenCounts) {
 
 TEST_P(BackendConformanceTest, BarrierHoldsEveryRankUntilAllArrive) {
   const int n = size();
-  std::atomic<int> arrived{0};
+  // Shared by every rank: one atomic for threads, shared memory for processes.
+  std::atomic<int>& arrived = testutil::SharedCounter(backend());
   Run([n, &arrived](int rank, Backend& b) {
     for (int round = 0; round < 5; ++round) {
       // The last rank is late, so the others really have to wait for it.
@@ -283,15 +273,7 @@ TEST_P(BackendConformanceTest, BadArgumentsAreRefusedLocallyAndLeaveBackendUsabl
   });
 }
 
-std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
-  return info.param.backend + "_" + std::to_string(info.param.size) + "ranks";
-}
-
-INSTANTIATE_TEST_SUITE_P(Gloo, BackendConformanceTest,
-                         ::testing::Values(Param{"gloo", 1}, Param{"gloo", 2}, Param{"gloo", 3},
-                                           Param{"gloo", 4}),
-                         ParamName);
-
 }  // namespace
+}  // namespace conformance
 }  // namespace backends
 }  // namespace dadt

@@ -1,7 +1,9 @@
 #include "test/runtime/backends/rank_threads.h"
 
 #include <atomic>
+#include <climits>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -11,6 +13,43 @@
 namespace dadt {
 namespace testutil {
 
+namespace {
+
+std::map<std::string, RankRunner*>& Runners() {
+  static auto* runners = new std::map<std::string, RankRunner*>();
+  return *runners;
+}
+
+RankRunner* RunnerFor(const std::string& backend) {
+  auto it = Runners().find(backend);
+  return it == Runners().end() ? nullptr : it->second;
+}
+
+std::atomic<int>& ThreadCounter() {
+  static std::atomic<int> counter{0};
+  return counter;
+}
+
+}  // namespace
+
+void SetRankRunner(const std::string& backend, RankRunner* runner) {
+  if (runner) {
+    Runners()[backend] = runner;
+  } else {
+    Runners().erase(backend);
+  }
+}
+
+int MaxRanks(const std::string& backend) {
+  RankRunner* runner = RunnerFor(backend);
+  return runner ? runner->MaxRanks() : INT_MAX;
+}
+
+std::atomic<int>& SharedCounter(const std::string& backend) {
+  RankRunner* runner = RunnerFor(backend);
+  return runner ? runner->SharedCounter() : ThreadCounter();
+}
+
 std::string UniqueStorePrefix() {
   static std::atomic<int> next{0};
   return "test/" + std::to_string(next++) + "/";
@@ -18,6 +57,8 @@ std::string UniqueStorePrefix() {
 
 void RunRanks(const std::string& backend, int size, const RankBody& body,
               std::chrono::milliseconds timeout) {
+  if (RankRunner* runner = RunnerFor(backend)) return runner->Run(backend, size, body, timeout);
+  ThreadCounter() = 0;
   InMemoryKeyValueStore store;
   const std::string prefix = UniqueStorePrefix();
   std::mutex mu;

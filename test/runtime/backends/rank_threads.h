@@ -10,6 +10,7 @@
 // A rank whose Backend cannot be created records a test failure and skips its body.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -30,6 +31,23 @@ using RankBody = std::function<void(int rank, backends::Backend& backend)>;
 
 void RunRanks(const std::string& backend, int size, const RankBody& body,
               std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+// How RunRanks runs the ranks of a backend: threads in this process unless a runner is installed
+// for it (an MPI test binary installs one that uses the processes mpirun started).
+class RankRunner {
+ public:
+  virtual ~RankRunner() = default;
+  // The largest world size Run can serve.
+  virtual int MaxRanks() const = 0;
+  virtual void Run(const std::string& backend, int size, const RankBody& body,
+                   std::chrono::milliseconds timeout) = 0;
+  // A counter every rank of the next Run sees; Run zeroes it before any body starts.
+  virtual std::atomic<int>& SharedCounter() = 0;
+};
+// Installs `runner` (not owned; null removes it) for `backend`.
+void SetRankRunner(const std::string& backend, RankRunner* runner);
+int MaxRanks(const std::string& backend);
+std::atomic<int>& SharedCounter(const std::string& backend);
 
 // A prefix no other RunRanks call in this process uses ("test/<n>/").
 std::string UniqueStorePrefix();

@@ -20,12 +20,17 @@ except ImportError as e:  # pragma: no cover - depends on the build
         "bazel-bin/frameworks/bindings/_core.so to frameworks/python/dadt/_core.so "
         "(or install dadt with pip): %s" % e) from e
 
-# Executors of the original DADT API that need a build this one is not.
+# The executor names of the original DADT API, and what each needs when this build lacks it.
 _EXECUTOR_HINTS = {
-    "mpi": "MPI executors need the MPI build",
-    "mpicuda": "CUDA-aware MPI needs the MPI and CUDA build",
-    "nccl": "NCCL executors need the NCCL build",
+    "gloo": "the Gloo executor needs dadt built with Gloo",
+    "mpi": "the MPI executor needs dadt built with MPI (Open MPI's libopenmpi-dev)",
+    "mpicuda": "CUDA-aware MPI needs dadt built with CUDA (bazel --config=cuda), a CUDA-aware "
+               "MPI and a GPU; this build has no CUDA support",
+    "nccl": "the NCCL executor needs dadt built with CUDA and NCCL (bazel --config=cuda) and a "
+            "GPU; this build has no NCCL support",
 }
+# Kept alive while the runtime uses them: communicators init() created from a list of ranks.
+_owned_comms: List[Any] = []
 
 
 def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -44,16 +49,48 @@ def _pick_backend(broad_cast_executor: Optional[str], all_reduce_executor: Optio
         if value is None:
             continue
         executor = str(value).lower()
+        if executor not in _EXECUTOR_HINTS:
+            raise ValueError("%s=%r is not an executor; use one of %s"
+                             % (arg, value, ", ".join(repr(k) for k in sorted(_EXECUTOR_HINTS))))
         if executor not in built:
-            hint = _EXECUTOR_HINTS.get(executor, "unknown executor")
-            raise ValueError("%s=%r is not available (%s); this build of dadt has: %s"
-                             % (arg, value, hint, ", ".join(built) or "none"))
+            raise ValueError("%s=%r is not available: %s; this build of dadt has: %s"
+                             % (arg, value, _EXECUTOR_HINTS[executor], ", ".join(built) or "none"))
         if chosen is not None and executor != chosen:
             raise ValueError("dadt runs every collective on one executor; got "
                              "broad_cast_executor=%r and all_reduce_executor=%r"
                              % (broad_cast_executor, all_reduce_executor))
         chosen = executor
     return chosen
+
+
+def _mpi_comm_handle(comm) -> int:
+    """The MPI_Comm behind `comm` (an mpi4py communicator, or a list of world ranks) as an int."""
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise ValueError("init(comm=...) takes an mpi4py communicator or a list of ranks, which "
+                         "needs mpi4py (pip install mpi4py): %s" % e) from None
+    if isinstance(comm, (list, tuple, range)):
+        ranks = [int(r) for r in comm]
+        world = MPI.COMM_WORLD
+        bad = [r for r in ranks if not 0 <= r < world.Get_size()]
+        if bad or len(set(ranks)) != len(ranks) or not ranks:
+            raise ValueError("init(comm=%r): ranks must be distinct ranks of MPI_COMM_WORLD "
+                             "(size %d)" % (list(comm), world.Get_size()))
+        if world.Get_rank() not in ranks:
+            raise ValueError("init(comm=%r): this process (world rank %d) is not in the list"
+                             % (ranks, world.Get_rank()))
+        group = world.Get_group().Incl(ranks)
+        comm = world.Create_group(group)
+        group.Free()
+        _owned_comms.append(comm)
+    if not isinstance(comm, MPI.Comm):
+        raise ValueError("init(comm=...) takes an mpi4py communicator (mpi4py.MPI.Comm) or a list "
+                         "of ranks, got %s" % type(comm).__name__)
+    if comm == MPI.COMM_NULL:
+        raise ValueError("init(comm=...): the communicator is MPI.COMM_NULL (this process is not "
+                         "a member)")
+    return int(MPI._handleof(comm))
 
 
 def _fusion_threshold(all_reduce_buffer_size: Optional[int], group_buffer_size: Optional[int]):
@@ -77,21 +114,26 @@ def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = N
     the process runs as rank 0 of 1. Calling it again while running is a no-op.
 
     Args:
-      comm: Horovod's MPI communicator argument. Must be None: MPI communicators need the MPI
-          build.
+      comm: An mpi4py communicator (or a list of MPI_COMM_WORLD ranks): the job is that
+          communicator's processes, with their rank and size in it, and MPI carries negotiation
+          and data. Several sub-communicators run independent jobs. None: the launcher's job.
       process_sets: Horovod's process sets. Not supported yet; must be None.
       cycle_duration_ms: Cycle time of the runtime's negotiation loop in milliseconds
           (default: ``DADT_CYCLE_TIME`` or 1 ms).
-      broad_cast_executor: Backend for broadcasts: 'gloo' or None (the launcher's choice).
-      all_reduce_executor: Backend for reductions: 'gloo' or None.
+      broad_cast_executor: Backend for broadcasts: 'gloo', 'mpi', 'nccl', 'mpicuda' or None
+          (the launcher's choice). One this build or machine lacks is refused (ValueError).
+      all_reduce_executor: Backend for reductions, the same names.
       all_reduce_buffer_size: Tensor fusion threshold in bytes (default:
           ``DADT_FUSION_THRESHOLD`` or 128 MiB).
       group_buffer_size: Same threshold, under its grouped-allreduce name; the larger wins.
       timeline_path: File for the Chrome-trace timeline (sets ``DADT_TIMELINE``).
     """
-    if comm is not None:
-        raise ValueError("init(comm=...) takes an MPI communicator, and MPI communicators need "
-                         "the MPI build of dadt; call init() without comm and launch with dadtrun")
+    mpi_comm = 0
+    if comm is not None and not is_initialized():
+        if "mpi" not in built_backends():
+            raise ValueError("init(comm=...) takes an MPI communicator: %s"
+                             % _EXECUTOR_HINTS["mpi"])
+        mpi_comm = _mpi_comm_handle(comm)
     if process_sets is not None:
         raise NotImplementedError("process sets are not supported by dadt yet; "
                                   "call init() without process_sets")
@@ -102,7 +144,7 @@ def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = N
         raise ValueError("cycle_duration_ms must be >= 0, got %r" % cycle_duration_ms)
     if timeline_path is not None:
         os.environ["DADT_TIMELINE"] = str(timeline_path)
-    call(_core.init, fusion, cycle, -1, backend)
+    call(_core.init, fusion, cycle, -1, backend, mpi_comm)
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
@@ -198,7 +240,7 @@ def cross_size() -> int:
 
 
 def backend_name() -> Optional[str]:
-    """Returns the data-plane backend in use ('gloo'), or None when not initialized."""
+    """Returns the data-plane backend in use ('gloo' or 'mpi'), or None when not initialized."""
     return _core.backend_name()
 
 
@@ -209,18 +251,21 @@ def built_backends() -> List[str]:
 
 def mpi_threads_supported() -> bool:
     """A function that returns a flag indicating whether MPI multi-threading is supported.
-    dadt does not run on MPI in this build, so it is always False.
+
+    True when the job runs MPI as its controller and MPI granted ``MPI_THREAD_MULTIPLE`` (so the
+    program may make MPI calls of its own, e.g. with mpi4py, while dadt runs); False otherwise.
 
     Returns:
       A boolean value indicating whether MPI multi-threading is supported.
     """
-    if not is_initialized():
+    value = _core.mpi_threads_supported()
+    if value < 0:
         raise ValueError(NOT_INITIALIZED)
-    return False
+    return value == 1
 
 
 def mpi_enabled() -> bool:
-    """Returns True if MPI is in use by the running job (never, in this build)."""
+    """Returns True if MPI is the data plane of the running job."""
     return backend_name() == "mpi"
 
 

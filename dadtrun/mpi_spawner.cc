@@ -1,0 +1,304 @@
+#include "dadtrun/mpi_spawner.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "dadtrun/console.h"
+#include "runtime/common/env.h"
+
+namespace dadt {
+namespace dadtrun {
+namespace {
+
+// Variables that describe this shell or this launcher process, not the job: never forwarded.
+bool Forwardable(const std::string& name) {
+  static const char* const kSkip[] = {"_", "PWD", "OLDPWD", "SHLVL", "HOSTNAME", "TERM",
+                                      "DISPLAY", "SSH_AUTH_SOCK", "SSH_CLIENT", "SSH_CONNECTION",
+                                      "SSH_TTY", "LS_COLORS"};
+  for (const char* s : kSkip) {
+    if (name == s) return false;
+  }
+  // mpirun's own variables (OMPI_*, PMIX_*, ...) belong to the launch it makes.
+  for (const char* prefix : {"OMPI_", "PMIX_", "PMI_", "BASH_FUNC_", "ORTE_", "OPAL_", "HYDRA_"}) {
+    if (name.rfind(prefix, 0) == 0) return false;
+  }
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  }
+  return !name.empty();
+}
+
+bool IsExecutable(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// The interpreter that runs --check-build's probe: the python installed beside dadtrun (pip puts
+// both in one bin/), else python3 on PATH.
+std::string DefaultPython() {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    for (const char* name : {"/python3", "/python"}) {
+      if (IsExecutable(dir + name)) return dir + name;
+    }
+  }
+  return "python3";
+}
+
+std::string Mark(bool yes) { return yes ? "    [X] " : "    [ ] "; }
+
+}  // namespace
+
+bool MpiBuilt() {
+#ifdef DADT_BUILT_WITH_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string FindMpirun() {
+  const char* path = std::getenv("PATH");
+  std::string rest = path ? path : "";
+  size_t start = 0;
+  while (start <= rest.size()) {
+    size_t end = rest.find(':', start);
+    if (end == std::string::npos) end = rest.size();
+    std::string dir = rest.substr(start, end - start);
+    if (!dir.empty() && IsExecutable(dir + "/mpirun")) return dir + "/mpirun";
+    start = end + 1;
+  }
+  return "";
+}
+
+std::string ResolveController(const std::string& requested) {
+  if (requested != "auto") return requested;
+  return MpiBuilt() && !FindMpirun().empty() ? "mpi" : "gloo";
+}
+
+EnvMap MpiWorkerEnvironment(const LaunchConfig& config, const EnvMap& user_env) {
+  JobEndpoints none;
+  none.hostname = LocalHostname();
+  EnvMap env = WorkerEnvironment(config, none, user_env, 0);
+  // Per-rank names and the TCP rendezvous do not apply: MPI knows each rank's place.
+  for (const char* name : {env::kRank, env::kSize, env::kLocalRank, env::kLocalSize,
+                           env::kCrossRank, env::kCrossSize, env::kHostname, env::kRendezvousAddr,
+                           env::kRendezvousPort, env::kSecret, env::kTorchRank,
+                           env::kTorchWorldSize, env::kTorchLocalRank, env::kTorchLocalWorldSize,
+                           env::kTorchMasterAddr, env::kTorchMasterPort}) {
+    if (user_env.count(name) == 0) env.erase(name);
+  }
+  env[env::kController] = "mpi";
+  return env;
+}
+
+StatusOr<std::vector<std::string>> SplitArgs(const std::string& text) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  char quote = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote) {
+      if (c == quote) {
+        quote = 0;
+      } else if (c == '\\' && quote == '"' && i + 1 < text.size()) {
+        word.push_back(text[++i]);
+      } else {
+        word.push_back(c);
+      }
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+    } else if (c == '\\' && i + 1 < text.size()) {
+      word.push_back(text[++i]);
+      in_word = true;
+    } else if (std::isspace(static_cast<unsigned char>(c))) {
+      if (in_word) words.push_back(word);
+      word.clear();
+      in_word = false;
+    } else {
+      word.push_back(c);
+      in_word = true;
+    }
+  }
+  if (quote) return InvalidArgument("--mpi-args has an unterminated " + std::string(1, quote) +
+                                    " quote: " + text);
+  if (in_word) words.push_back(word);
+  return words;
+}
+
+StatusOr<std::vector<std::string>> MpirunCommand(const LaunchConfig& config,
+                                                 const EnvMap& worker_env,
+                                                 const std::string& mpirun, bool is_root,
+                                                 int cores) {
+  std::vector<std::string> argv = {mpirun, "-np", std::to_string(config.num_proc)};
+  std::string hosts;
+  int local_slots = 0;
+  const std::string local = LocalHostname();
+  for (const HostSlots& h : config.hosts) {
+    hosts += (hosts.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots);
+    if (IsLocalHost(h.host, local)) local_slots += h.slots;
+  }
+  if (!hosts.empty()) {
+    argv.push_back("-H");
+    argv.push_back(hosts);
+  }
+  if (is_root) argv.push_back("--allow-run-as-root");
+  // Ranks placed on this machine beyond its cores: mpirun refuses unless told.
+  if (local_slots > cores) {
+    argv.push_back("--oversubscribe");
+  }
+  for (const char* a : {"--bind-to", "none", "--map-by", "slot", "--tag-output"}) argv.push_back(a);
+  for (const auto& kv : worker_env) {
+    if (!Forwardable(kv.first)) continue;
+    argv.push_back("-x");
+    argv.push_back(kv.first);
+  }
+  if (!config.mpi_args.empty()) {
+    auto extra = SplitArgs(config.mpi_args);
+    if (!extra.ok()) return extra.status();
+    argv.insert(argv.end(), extra->begin(), extra->end());
+  }
+  argv.insert(argv.end(), config.command.begin(), config.command.end());
+  return argv;
+}
+
+int LaunchWithMpirun(const LaunchConfig& config) {
+  const std::string mpirun = FindMpirun();
+  if (mpirun.empty()) {
+    console::Message("--mpi needs Open MPI's mpirun on PATH (Debian: apt-get install openmpi-bin); "
+                     "or launch with --gloo");
+    return 1;
+  }
+  if (!MpiBuilt()) {
+    console::Message("this dadtrun was built without MPI; launch with --gloo");
+    return 1;
+  }
+  const EnvMap env = MpiWorkerEnvironment(config, CurrentEnvironment());
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto argv = MpirunCommand(config, env, mpirun, ::geteuid() == 0, cores);
+  if (!argv.ok()) {
+    console::Message(argv.status().message());
+    return 2;
+  }
+  if (config.verbose) {
+    std::string line;
+    for (const std::string& a : *argv) line += (line.empty() ? "" : " ") + a;
+    console::Message("handing the launch to mpirun: " + line);
+  }
+  std::vector<std::string> envs = ToEnvStrings(env);
+
+  // Signals to forward arrive by sigwait; block them before forking so none is lost.
+  sigset_t forwarded, original;
+  sigemptyset(&forwarded);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&forwarded, sig);
+  sigprocmask(SIG_BLOCK, &forwarded, &original);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    console::Message(std::string("cannot fork mpirun: ") + std::strerror(errno));
+    return 1;
+  }
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // dadtrun gone: mpirun (and so every rank) goes too
+    if (::getppid() != parent) ::_exit(1);
+    sigprocmask(SIG_SETMASK, &original, nullptr);
+    std::vector<char*> cargv, cenv;
+    for (auto& a : *argv) cargv.push_back(&a[0]);
+    cargv.push_back(nullptr);
+    for (auto& e : envs) cenv.push_back(&e[0]);
+    cenv.push_back(nullptr);
+    ::execve(cargv[0], cargv.data(), cenv.data());
+    std::fprintf(stderr, "dadtrun: cannot run %s: %s\n", cargv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  int status = 0;
+  while (true) {
+    int sig = 0;
+    sigwait(&forwarded, &sig);
+    if (sig != SIGCHLD) {
+      ::kill(pid, sig);  // mpirun stops every rank and exits
+      continue;
+    }
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+  }
+  sigprocmask(SIG_SETMASK, &original, nullptr);
+  if (WIFEXITED(status)) {
+    const int code = WEXITSTATUS(status);
+    if (code != 0) {
+      console::Message("mpirun exited with code " + std::to_string(code) +
+                       "; its report above names the rank that failed, and every rank has "
+                       "been stopped");
+    }
+    return code;
+  }
+  const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  console::Message("mpirun was killed by signal " + std::to_string(sig) + " (" +
+                   strsignal(sig) + ")");
+  return 128 + sig;
+}
+
+std::string CheckBuildText(const std::string& python_in) {
+  const std::string python = python_in.empty() ? DefaultPython() : python_in;
+  // One interpreter start: which frameworks import, and what dadt._core was built with.
+  const std::string probe =
+      "'" + python + "' -c \"import importlib.util as u\n"
+      "for m in ('torch','tensorflow','jax'): print('fw', m, int(u.find_spec(m) is not None))\n"
+      "try:\n"
+      "    from dadt import _core; print('ops', ','.join(_core.built_backends()))\n"
+      "except Exception as e: print('ops', '')\n\" 2>/dev/null";
+  bool fw[3] = {false, false, false};
+  std::string ops;
+  bool probed = false;
+  if (FILE* p = ::popen(probe.c_str(), "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof(line), p)) {
+      std::string l(line);
+      if (!l.empty() && l.back() == '\n') l.pop_back();
+      probed = true;
+      if (l.rfind("fw ", 0) == 0) {
+        const char* names[3] = {"torch", "tensorflow", "jax"};
+        for (int i = 0; i < 3; ++i) {
+          if (l == std::string("fw ") + names[i] + " 1") fw[i] = true;
+        }
+      } else if (l.rfind("ops ", 0) == 0) {
+        ops = "," + l.substr(4) + ",";
+      }
+    }
+    ::pclose(p);
+  }
+  auto has = [&ops](const char* name) { return ops.find(std::string(",") + name + ",") != std::string::npos; };
+  const std::string mpirun = FindMpirun();
+  std::string out = std::string("dadt v") + kVersion + ":\n\n";
+  if (!probed) out += "(could not run " + python + " to look for frameworks)\n\n";
+  out += "Available Frameworks:\n";
+  out += Mark(fw[0]) + "PyTorch\n" + Mark(fw[1]) + "TensorFlow\n" + Mark(fw[2]) + "JAX\n\n";
+  out += "Available Controllers:\n";
+  out += Mark(MpiBuilt()) + "MPI" +
+         (MpiBuilt() ? (mpirun.empty() ? "  (mpirun not found on PATH)" : "  (" + mpirun + ")")
+                     : std::string()) +
+         "\n";
+  out += Mark(true) + "Gloo\n\n";
+  out += "Available Tensor Operations:\n";
+  out += Mark(has("nccl")) + "NCCL\n" + Mark(false) + "DDL\n" + Mark(false) + "CCL\n" +
+         Mark(has("mpi")) + "MPI\n" + Mark(has("gloo")) + "Gloo\n";
+  if (ops.empty()) out += "(tensor operations: dadt._core is not importable by " + python + ")\n";
+  return out;
+}
+
+}  // namespace dadtrun
+}  // namespace dadt

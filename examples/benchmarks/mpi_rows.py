@@ -1,0 +1,137 @@
+"""The MPI rows of allreduce_bench.py: dadt on MPI vs raw MPI_Allreduce, measured in the same run.
+
+Plain-script mode of allreduce_bench.py calls `run()` after its Gloo tables. Each round runs
+  raw MPI:  mpirun -np N raw_mpi_allreduce --sizes ... (examples/benchmarks/raw_mpi_allreduce.cc)
+  dadt:     dadtrun --mpi -np N python allreduce_bench.py --dadt-sizes-only ...
+one after the other (never at the same time), alternated for `rounds` rounds; each side reports the
+median across rounds of its per-round medians. dadt's side is allreduce_ in place, float32, Sum,
+timed exactly as in the Gloo table (bench_dadt_sizes).
+"""
+import glob
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT_FLAGS = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+
+
+def find_raw_mpi(explicit):
+    if explicit == "none":
+        return None
+    candidates = [explicit, os.environ.get("RAW_MPI_ALLREDUCE"), shutil.which("raw_mpi_allreduce"),
+                  os.path.join(REPO, "bazel-bin", "examples", "benchmarks", "raw_mpi_allreduce")]
+    candidates += sorted(glob.glob(os.path.join(REPO, "bazel-out", "*", "bin", "examples", "benchmarks",
+                                                "raw_mpi_allreduce")))
+    return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
+
+
+def json_rows(stdout):
+    """JSON objects printed one per line (mpirun's or dadtrun's rank prefix allowed before the '{')."""
+    rows = {}
+    for line in stdout.splitlines():
+        if "{" in line:
+            row = json.loads(line[line.index("{"):])
+            rows[int(row["size_bytes"])] = row
+    return rows
+
+
+def raw_round(mpirun, binary, np_, sizes, iterations, warmups, quick, notes):
+    groups = {}
+    for s in sizes:
+        groups.setdefault(iterations(s, quick), []).append(s)
+    rows = {}
+    for iters, group in sorted(groups.items(), reverse=True):
+        cmd = [mpirun, *ROOT_FLAGS, "--oversubscribe", "--bind-to", "none", "-np", str(np_), binary,
+               "--sizes", ",".join(map(str, group)), "--iters", str(iters), "--warmup", str(warmups(iters))]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0:
+            notes.append(f"raw MPI exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+            continue
+        rows.update(json_rows(proc.stdout))
+    return rows
+
+
+def dadt_round(dadtrun, np_, sizes, quick, env, notes):
+    cmd = [dadtrun, "--mpi", "-np", str(np_), sys.executable, os.path.join(REPO, "examples", "benchmarks",
+                                                                           "allreduce_bench.py"),
+           "--dadt-sizes-only", ",".join(map(str, sizes))] + (["--quick"] if quick else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
+    if proc.returncode != 0:
+        notes.append(f"dadt on MPI exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+        return {}
+    return json_rows(proc.stdout)
+
+
+def run(args, dadtrun, sizes, helpers, env, progress):
+    """Measures and returns (rows, notes): rows[size] = {dadt_us, raw_us, dadt_busbw, raw_busbw}."""
+    mpirun = shutil.which("mpirun")
+    binary = find_raw_mpi(args.raw_mpi)
+    notes = []
+    if mpirun is None:
+        return {}, ["MPI rows skipped: mpirun not found on PATH"]
+    if binary is None:
+        notes.append("raw MPI baseline skipped: raw_mpi_allreduce not found "
+                     "(bazel build -c opt //examples/benchmarks:raw_mpi_allreduce, or pass --raw-mpi)")
+    if args.np < 2:
+        return {}, ["MPI rows skipped at 1 rank"]
+    rounds = args.rounds or (1 if args.quick else 3)
+    raw_rounds, dadt_rounds = [], []
+    for r in range(rounds):
+        if binary:
+            progress(f"raw MPI, round {r + 1}/{rounds}")
+            raw_rounds.append(raw_round(mpirun, binary, args.np, sizes, helpers["iterations"],
+                                        helpers["warmups"], args.quick, notes))
+        progress(f"dadt on MPI, round {r + 1}/{rounds}")
+        dadt_rounds.append(dadt_round(dadtrun, args.np, sizes, args.quick, env, notes))
+    rows = {}
+    bw = helpers["bus_bandwidth_gbps"]
+    for n in sizes:
+        d = [x[n]["median_s"] for x in dadt_rounds if n in x]
+        g = [x[n]["median_us"] for x in raw_rounds if n in x]
+        row = {"iters": helpers["iterations"](n, args.quick)}
+        if d:
+            row["dadt_us"] = statistics.median(d) * 1e6
+            row["dadt_busbw"] = bw(n, row["dadt_us"] * 1e-6, args.np)
+        if g:
+            row["raw_us"] = statistics.median(g)
+            row["raw_busbw"] = bw(n, row["raw_us"] * 1e-6, args.np)
+        rows[n] = row
+    return rows, notes
+
+
+def report(rows, notes, np_, sizes, human_bytes, fmt):
+    print("")
+    print(f"## (f) allreduce_ in place, float32, Sum on MPI: dadt (dadtrun --mpi) vs raw MPI_Allreduce "
+          f"(alternated; median across rounds), {np_} ranks")
+    print("")
+    print("| size | iters | dadt median (us) | dadt busbw (GB/s) | raw MPI median (us) | raw MPI busbw (GB/s) "
+          "| dadt / MPI busbw |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n in sizes:
+        r = rows.get(n, {})
+        ratio = r["dadt_busbw"] / r["raw_busbw"] if r.get("dadt_busbw") and r.get("raw_busbw") else None
+        print(f"| {human_bytes(n)} | {r.get('iters', '')} | {fmt(r.get('dadt_us'))} | {fmt(r.get('dadt_busbw'), 3)} "
+              f"| {fmt(r.get('raw_us'))} | {fmt(r.get('raw_busbw'), 3)} | {fmt(ratio, 2)} |")
+    for note in notes:
+        print(f"\n_{note}_")
+    sys.stdout.flush()
+
+
+def dadt_sizes_worker(sizes, quick, bench_dadt_sizes):
+    """Under dadtrun --mpi: dadt's timings for `sizes`, one JSON line per size on rank 0."""
+    import torch
+    import dadt.torch as dadt
+
+    torch.set_num_threads(1)
+    dadt.init()
+    dadt.barrier()
+    rows = bench_dadt_sizes(dadt, torch, sizes, quick)
+    if dadt.rank() == 0:
+        for n, row in rows.items():
+            print(json.dumps(dict(row, size_bytes=n, mpi=dadt.mpi_enabled())), flush=True)
+    dadt.shutdown()
+    return 0

@@ -1,0 +1,194 @@
+#include "runtime/backends/mpi/mpi_backend.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <numeric>
+#include <string>
+
+#include "runtime/backends/mpi/mpi_env.h"
+#include "runtime/backends/mpi/mpi_error.h"
+
+namespace dadt {
+namespace backends {
+namespace mpi {
+namespace {
+
+// MPI counts are ints: larger buffers go in pieces of this many elements (or bytes).
+constexpr int64_t kMaxChunk = INT_MAX;
+
+[[maybe_unused]] const bool kRegistered = BackendRegistry::Register("mpi", &MpiBackend::Create);
+
+bool Overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const char* pa = static_cast<const char*>(a);
+  const char* pb = static_cast<const char*>(b);
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Backend>> MpiBackend::Create(const BackendOptions& options) {
+  auto level = EnsureInitialized();
+  if (!level.ok()) return level.status();
+  auto comm = DupComm(options.native_comm, "mpi backend");
+  if (!comm.ok()) return comm.status();
+  if (options.group_color >= 0) {  // a sub-group: split the job's communicator
+    MPI_Comm group = MPI_COMM_NULL;
+    Status s = DADT_MPI_STATUS("split", MPI_Comm_split(*comm, options.group_color, options.rank,
+                                                       &group));
+    if (s.ok()) s = DADT_MPI_STATUS("set_errhandler",
+                                    MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN));
+    MPI_Comm_free(&*comm);
+    if (!s.ok()) return s;
+    *comm = group;
+  }
+  int rank = -1, size = 0;
+  MPI_Comm_rank(*comm, &rank);
+  MPI_Comm_size(*comm, &size);
+  if (rank != options.rank || size != options.size) {
+    MPI_Comm_free(&*comm);
+    return PreconditionFailed(
+        "the mpi executor needs a job launched by mpirun (dadtrun --mpi, or mpirun itself): this "
+        "process is rank " + std::to_string(options.rank) + " of " + std::to_string(options.size) +
+        " in the job but rank " + std::to_string(rank) + " of " + std::to_string(size) +
+        " in its MPI communicator");
+  }
+  return std::unique_ptr<Backend>(new MpiBackend(*comm, rank, size));
+}
+
+MpiBackend::~MpiBackend() {
+  if (comm_ != MPI_COMM_NULL && IsInitialized()) MPI_Comm_free(&comm_);
+}
+
+Status MpiBackend::CheckUsable() const {
+  if (broken_.ok()) return Status::OK();
+  return Aborted("mpi backend is unusable after an earlier failure: " + broken_.message());
+}
+
+Status MpiBackend::Finish(Status status) {
+  if (status.ok()) return status;
+  broken_ = Status(status.code(), status.message() + " [rank " + std::to_string(rank_) + " of " +
+                                      std::to_string(size_) + "]");
+  return broken_;
+}
+
+Status MpiBackend::ToCounts(const char* what, const std::vector<int64_t>& v,
+                            std::vector<int>* counts, std::vector<int>* displs) const {
+  if (static_cast<int>(v.size()) != size_) {
+    return InvalidArgument(std::string(what) + ": expected " + std::to_string(size_) +
+                           " per-rank entries, got " + std::to_string(v.size()));
+  }
+  counts->resize(size_);
+  displs->resize(size_);
+  int64_t offset = 0;
+  for (int i = 0; i < size_; ++i) {
+    if (v[i] < 0) {
+      return InvalidArgument(std::string(what) + ": negative size " + std::to_string(v[i]) +
+                             " for rank " + std::to_string(i));
+    }
+    if (v[i] > kMaxChunk || offset > kMaxChunk) {
+      return Unimplemented(std::string(what) + ": the mpi backend moves at most 2 GiB per "
+                           "collective here (MPI's int counts); got " + std::to_string(v[i]) +
+                           " at offset " + std::to_string(offset) + " for rank " +
+                           std::to_string(i));
+    }
+    (*counts)[i] = static_cast<int>(v[i]);
+    (*displs)[i] = static_cast<int>(offset);
+    offset += v[i];
+  }
+  return Status::OK();
+}
+
+Status MpiBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  if (count < 0) return InvalidArgument("negative element count " + std::to_string(count));
+  MPI_Datatype type;
+  MPI_Op mpi_op;
+  DADT_RETURN_IF_ERROR(internal::MpiTypeAndOp(dtype, op, &type, &mpi_op));
+  char* p = static_cast<char*>(buf);
+  const int64_t width = static_cast<int64_t>(DataTypeSize(dtype));
+  for (int64_t done = 0; done < count;) {
+    const int n = static_cast<int>(std::min(count - done, kMaxChunk));
+    DADT_RETURN_IF_ERROR(Finish(DADT_MPI_STATUS(
+        "allreduce", MPI_Allreduce(MPI_IN_PLACE, p + done * width, n, type, mpi_op, comm_))));
+    done += n;
+  }
+  return Status::OK();
+}
+
+Status MpiBackend::Allgatherv(const void* in, void* out,
+                              const std::vector<int64_t>& bytes_per_rank) {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  std::vector<int> counts, displs;
+  DADT_RETURN_IF_ERROR(ToCounts("allgatherv", bytes_per_rank, &counts, &displs));
+  char* dst = static_cast<char*>(out);
+  const void* send = in == dst + displs[rank_] ? MPI_IN_PLACE : in;
+  return Finish(DADT_MPI_STATUS(
+      "allgatherv", MPI_Allgatherv(send, counts[rank_], MPI_BYTE, dst, counts.data(),
+                                   displs.data(), MPI_BYTE, comm_)));
+}
+
+Status MpiBackend::Broadcast(void* buf, int64_t bytes, int root) {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  if (root < 0 || root >= size_) {
+    return InvalidArgument("broadcast: root " + std::to_string(root) + " is not a rank of " +
+                           std::to_string(size_));
+  }
+  if (bytes < 0) return InvalidArgument("broadcast: negative size " + std::to_string(bytes));
+  char* p = static_cast<char*>(buf);
+  for (int64_t done = 0; done < bytes;) {
+    const int n = static_cast<int>(std::min(bytes - done, kMaxChunk));
+    DADT_RETURN_IF_ERROR(
+        Finish(DADT_MPI_STATUS("broadcast", MPI_Bcast(p + done, n, MPI_BYTE, root, comm_))));
+    done += n;
+  }
+  return Status::OK();
+}
+
+Status MpiBackend::Alltoallv(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                             const std::vector<int64_t>& recv_bytes) {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  std::vector<int> scounts, sdispls, rcounts, rdispls;
+  DADT_RETURN_IF_ERROR(ToCounts("alltoallv send sizes", send_bytes, &scounts, &sdispls));
+  DADT_RETURN_IF_ERROR(ToCounts("alltoallv receive sizes", recv_bytes, &rcounts, &rdispls));
+  if (send_bytes[rank_] != recv_bytes[rank_]) {
+    return InvalidArgument("alltoallv: rank " + std::to_string(rank_) + " sends itself " +
+                           std::to_string(send_bytes[rank_]) + " bytes but expects " +
+                           std::to_string(recv_bytes[rank_]));
+  }
+  return Finish(DADT_MPI_STATUS(
+      "alltoallv", MPI_Alltoallv(in, scounts.data(), sdispls.data(), MPI_BYTE, out,
+                                 rcounts.data(), rdispls.data(), MPI_BYTE, comm_)));
+}
+
+Status MpiBackend::Reducescatter(const void* in, void* out,
+                                 const std::vector<int64_t>& recv_counts, DataType dtype,
+                                 ReduceOp op) {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  std::vector<int> counts, displs;
+  DADT_RETURN_IF_ERROR(ToCounts("reducescatter", recv_counts, &counts, &displs));
+  const int64_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0});
+  if (total > kMaxChunk) {
+    return Unimplemented("reducescatter: the mpi backend reduces at most INT_MAX elements here");
+  }
+  MPI_Datatype type;
+  MPI_Op mpi_op;
+  DADT_RETURN_IF_ERROR(internal::MpiTypeAndOp(dtype, op, &type, &mpi_op));
+  const int64_t width = static_cast<int64_t>(DataTypeSize(dtype));
+  // MPI forbids aliasing the send and receive buffers; copy an overlapping input first.
+  if (Overlaps(in, total * width, out, recv_counts[rank_] * width)) {
+    scratch_.assign(static_cast<const char*>(in), static_cast<const char*>(in) + total * width);
+    in = scratch_.data();
+  }
+  return Finish(DADT_MPI_STATUS(
+      "reducescatter", MPI_Reduce_scatter(in, out, counts.data(), type, mpi_op, comm_)));
+}
+
+Status MpiBackend::Barrier() {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  return Finish(DADT_MPI_STATUS("barrier", MPI_Barrier(comm_)));
+}
+
+}  // namespace mpi
+}  // namespace backends
+}  // namespace dadt

@@ -1,0 +1,83 @@
+// MpiBackend: dadt's CPU data plane over MPI (registered as "mpi").
+//
+// Created through BackendRegistry::Create("mpi", options); nothing outside this folder includes
+// this header. The job's communicator is options.native_comm (0: MPI_COMM_WORLD; init(comm=...)
+// passes a user communicator), duplicated so that dadt's collectives never match the user's own
+// MPI traffic. Each collective is the MPI collective of the same name, so the algorithm is the
+// one the MPI library picks for the size and the fabric (Open MPI's tuned component: recursive
+// doubling for small allreduces, ring / Rabenseifner for large ones; shared memory on one node):
+//
+//   Allreduce      MPI_Allreduce in place, in chunks of at most INT_MAX elements.
+//   Allgatherv     MPI_Allgatherv on bytes (MPI_IN_PLACE when the input already sits in `out`).
+//   Broadcast      MPI_Bcast on bytes, in chunks of at most INT_MAX bytes.
+//   Alltoallv      MPI_Alltoallv on bytes.
+//   Reducescatter  MPI_Reduce_scatter.
+//   Barrier        MPI_Barrier.
+//
+// Data types: uint8, int8, int32, int64, float32 and float64 use MPI's own types and reduction
+// ops (the vendor's vectorised kernels: the raw-MPI speed of the benchmark). float16, bfloat16
+// and bool have no MPI type with the semantics dadt needs, so they travel as opaque 2- or 1-byte
+// types with user-defined reduction ops over dadt::ReduceBinary (bool: Sum/Max are logical or,
+// Min/Product logical and, as on every backend).
+//
+// Threading: like every Backend, called from one thread (the core's loop thread); MPI must be
+// initialised with at least MPI_THREAD_SERIALIZED (mpi_env.h does it).
+//
+// Failure: MPI error codes are converted at this edge (mpi_error.h). After the first failure the
+// backend is poisoned and every later call returns kAborted at once. A rank that dies under
+// mpirun is reported by mpirun, which then ends every rank of the job.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "runtime/backends/backend.h"
+
+namespace dadt {
+namespace backends {
+namespace mpi {
+
+class MpiBackend final : public Backend {
+ public:
+  static StatusOr<std::unique_ptr<Backend>> Create(const BackendOptions& options);
+  ~MpiBackend() override;
+
+  const char* Name() const override { return "MPI"; }
+  Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) override;
+  Status Allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) override;
+  Status Broadcast(void* buf, int64_t bytes, int root) override;
+  Status Alltoallv(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                   const std::vector<int64_t>& recv_bytes) override;
+  Status Reducescatter(const void* in, void* out, const std::vector<int64_t>& recv_counts,
+                       DataType dtype, ReduceOp op) override;
+  Status Barrier() override;
+
+ private:
+  MpiBackend(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+
+  Status CheckUsable() const;
+  Status Finish(Status status);
+  // Per-rank sizes as MPI's int counts and displacements; refuses negative or > INT_MAX values.
+  Status ToCounts(const char* what, const std::vector<int64_t>& v, std::vector<int>* counts,
+                  std::vector<int>* displs) const;
+
+  MPI_Comm comm_;
+  const int rank_;
+  const int size_;
+  Status broken_;
+  std::vector<char> scratch_;  // Reducescatter's copy of an input that overlaps its output
+};
+
+namespace internal {
+
+// MPI's datatype and op for a dadt dtype and reduction (user-defined for float16, bfloat16 and
+// bool). Unimplemented for ops MPI does not reduce with (Average, Adasum).
+Status MpiTypeAndOp(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_Op* mpi_op);
+
+}  // namespace internal
+}  // namespace mpi
+}  // namespace backends
+}  // namespace dadt

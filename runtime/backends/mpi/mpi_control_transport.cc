@@ -1,0 +1,114 @@
+#include "runtime/backends/mpi/mpi_control_transport.h"
+
+#include <climits>
+#include <thread>
+
+#include "runtime/backends/mpi/mpi_env.h"
+#include "runtime/backends/mpi/mpi_error.h"
+
+namespace dadt {
+namespace backends {
+namespace mpi {
+namespace {
+
+constexpr int kControlTag = 7001;
+// Probe quickly right after traffic (a step's tensors arrive in bursts), slowly when idle so
+// that an idle runtime does not burn a core.
+constexpr std::chrono::microseconds kBusyPoll(50);
+constexpr std::chrono::microseconds kIdlePoll(1000);
+constexpr std::chrono::milliseconds kBusyWindow(20);
+
+[[maybe_unused]] const bool kRegistered =
+    ControlTransportRegistry::Register("mpi", &MpiControlTransport::Create);
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ControlTransport>> MpiControlTransport::Create(
+    const ControlTransportOptions& options) {
+  auto level = EnsureInitialized();
+  if (!level.ok()) return level.status();
+  auto comm = DupComm(options.native_comm, "controller");
+  if (!comm.ok()) return comm.status();
+  auto geometry = Geometry(*comm);
+  if (!geometry.ok()) {
+    MPI_Comm_free(&*comm);
+    return geometry.status();
+  }
+  return std::unique_ptr<ControlTransport>(
+      new MpiControlTransport(*comm, *geometry, *level, options.timeout));
+}
+
+MpiControlTransport::~MpiControlTransport() {
+  if (!IsInitialized()) return;
+  // The last response list (shutdown) may still be on its way: give peers the start timeout to
+  // take it, then cancel what is left rather than hang at exit.
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (!pending_.empty() && std::chrono::steady_clock::now() < deadline) {
+    if (!Reap().ok()) break;
+    if (!pending_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (Pending& p : pending_) {
+    MPI_Cancel(&p.request);
+    MPI_Request_free(&p.request);
+  }
+  pending_.clear();
+  MPI_Comm_free(&comm_);
+}
+
+Status MpiControlTransport::Send(int dest, std::shared_ptr<const std::string> payload) {
+  if (payload->size() > static_cast<size_t>(INT_MAX)) {
+    return InvalidArgument("negotiation message of " + std::to_string(payload->size()) +
+                           " bytes is too large for one MPI message");
+  }
+  Pending p;
+  p.payload = std::move(payload);
+  DADT_MPI_CHECK("isend", MPI_Isend(p.payload->data(), static_cast<int>(p.payload->size()),
+                                    MPI_BYTE, dest, kControlTag, comm_, &p.request));
+  pending_.push_back(std::move(p));
+  last_message_ = std::chrono::steady_clock::now();
+  return Reap();
+}
+
+Status MpiControlTransport::SendToCoordinator(const std::string& payload) {
+  return Send(0, std::make_shared<const std::string>(payload));
+}
+
+Status MpiControlTransport::Broadcast(const std::string& payload) {
+  auto shared = std::make_shared<const std::string>(payload);
+  for (int r = 1; r < geometry_.size; ++r) DADT_RETURN_IF_ERROR(Send(r, shared));
+  return Status::OK();
+}
+
+Status MpiControlTransport::Reap() {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    int done = 0;
+    DADT_MPI_CHECK("test", MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
+    it = done ? pending_.erase(it) : std::next(it);
+  }
+  return Status::OK();
+}
+
+std::chrono::microseconds MpiControlTransport::poll_interval() const {
+  return std::chrono::steady_clock::now() - last_message_ < kBusyWindow ? kBusyPoll : kIdlePoll;
+}
+
+Status MpiControlTransport::ReadAvailable(std::vector<std::pair<int, std::string>>* out) {
+  DADT_RETURN_IF_ERROR(Reap());
+  while (true) {
+    int flag = 0;
+    MPI_Status status;
+    DADT_MPI_CHECK("iprobe", MPI_Iprobe(MPI_ANY_SOURCE, kControlTag, comm_, &flag, &status));
+    if (!flag) return Status::OK();
+    int bytes = 0;
+    DADT_MPI_CHECK("get_count", MPI_Get_count(&status, MPI_BYTE, &bytes));
+    std::string payload(static_cast<size_t>(bytes), '\0');
+    DADT_MPI_CHECK("recv", MPI_Recv(&payload[0], bytes, MPI_BYTE, status.MPI_SOURCE, kControlTag,
+                                    comm_, MPI_STATUS_IGNORE));
+    out->emplace_back(status.MPI_SOURCE, std::move(payload));
+    last_message_ = std::chrono::steady_clock::now();
+  }
+}
+
+}  // namespace mpi
+}  // namespace backends
+}  // namespace dadt

@@ -1,0 +1,74 @@
+// MpiControlTransport: the runtime's negotiation messages as MPI point-to-point messages
+// (registered as controller "mpi"; see runtime/backends/control_transport.h for the protocol).
+//
+// Workers send request lists to rank 0 and rank 0 sends response lists to every worker, all with
+// nonblocking sends on a private duplicate of the job's communicator (so they never match the
+// data plane's collectives or the user's own MPI traffic). Sends are nonblocking because both
+// sides send without a matching receive posted: blocking sends of large lists (eager tensors
+// ride with their requests) could deadlock coordinator and worker against each other. A send's
+// buffer is kept until MPI reports it complete.
+//
+// Why messages and not a cycle of collectives (gather of requests, bcast of responses, the
+// response cache's bit-vector allreduce, as Horovod's MPI controller runs): negotiation stays
+// event-driven on every transport, so a rank that has nothing to say sends nothing, and the
+// coordinator answers as soon as a tensor is ready everywhere. MPI has no descriptor to poll, so
+// the loop probes for messages every poll_interval() (MPI_Iprobe costs well under a microsecond).
+//
+// Geometry comes from MPI (mpi_env.h): rank and size in the communicator, local ranks from
+// MPI_Comm_split_type(SHARED), cross ranks from a split by local rank.
+// Threading: the loop thread only, after Create (which runs on the initialising thread).
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <list>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/backends/control_transport.h"
+
+namespace dadt {
+namespace backends {
+namespace mpi {
+
+class MpiControlTransport final : public ControlTransport {
+ public:
+  static StatusOr<std::unique_ptr<ControlTransport>> Create(const ControlTransportOptions& options);
+  ~MpiControlTransport() override;
+
+  const JobGeometry& geometry() const override { return geometry_; }
+  Status SendToCoordinator(const std::string& payload) override;
+  Status Broadcast(const std::string& payload) override;
+  const std::vector<int>& fds() const override { return no_fds_; }
+  std::chrono::microseconds poll_interval() const override;
+  Status ReadAvailable(std::vector<std::pair<int, std::string>>* out) override;
+  int closed_rank() const override { return -1; }
+  bool multi_threaded() const override { return thread_level_ == MPI_THREAD_MULTIPLE; }
+
+ private:
+  MpiControlTransport(MPI_Comm comm, JobGeometry geometry, int thread_level,
+                      std::chrono::milliseconds timeout)
+      : comm_(comm), geometry_(geometry), thread_level_(thread_level), timeout_(timeout) {}
+  struct Pending {
+    std::shared_ptr<const std::string> payload;  // shared by a broadcast's sends
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  Status Send(int dest, std::shared_ptr<const std::string> payload);
+  // Frees the buffers of completed sends.
+  Status Reap();
+
+  MPI_Comm comm_;
+  const JobGeometry geometry_;
+  const int thread_level_;
+  const std::chrono::milliseconds timeout_;
+  const std::vector<int> no_fds_;
+  std::list<Pending> pending_;
+  mutable std::chrono::steady_clock::time_point last_message_{};
+};
+
+}  // namespace mpi
+}  // namespace backends
+}  // namespace dadt

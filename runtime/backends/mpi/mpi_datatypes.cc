@@ -1,0 +1,109 @@
+// dadt dtypes and reduce ops as MPI datatypes and MPI_Ops (see mpi_backend.h for the choice).
+//
+// The user-defined ops learn the dadt dtype from the MPI datatype handle they are called with:
+// float16, bfloat16 and bool each get their own committed contiguous type, created once per
+// process after MPI_Init and freed by MPI_Finalize.
+#include <climits>
+#include <mutex>
+#include <string>
+
+#include "runtime/backends/mpi/mpi_backend.h"
+#include "runtime/backends/mpi/mpi_error.h"
+#include "runtime/common/reduce.h"
+
+namespace dadt {
+namespace backends {
+namespace mpi {
+namespace internal {
+namespace {
+
+struct CustomTypes {
+  MPI_Datatype float16 = MPI_DATATYPE_NULL;
+  MPI_Datatype bfloat16 = MPI_DATATYPE_NULL;
+  MPI_Datatype boolean = MPI_DATATYPE_NULL;
+  MPI_Op ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum, min, max, prod
+  Status status;
+};
+
+const CustomTypes* g_types = nullptr;
+
+DataType DtypeOf(MPI_Datatype t) {
+  if (t == g_types->float16) return DataType::kFloat16;
+  if (t == g_types->bfloat16) return DataType::kBfloat16;
+  return DataType::kBool;
+}
+
+template <ReduceOp kOp>
+void Reduce(void* in, void* inout, int* len, MPI_Datatype* type) {
+  ReduceBinary(inout, inout, in, *len, DtypeOf(*type), kOp);
+}
+
+Status Build(CustomTypes* t) {
+  DADT_MPI_CHECK("type_contiguous", MPI_Type_contiguous(2, MPI_BYTE, &t->float16));
+  DADT_MPI_CHECK("type_contiguous", MPI_Type_contiguous(2, MPI_BYTE, &t->bfloat16));
+  DADT_MPI_CHECK("type_contiguous", MPI_Type_contiguous(1, MPI_BYTE, &t->boolean));
+  for (MPI_Datatype* d : {&t->float16, &t->bfloat16, &t->boolean}) {
+    DADT_MPI_CHECK("type_commit", MPI_Type_commit(d));
+  }
+  MPI_User_function* fns[4] = {&Reduce<ReduceOp::kSum>, &Reduce<ReduceOp::kMin>,
+                               &Reduce<ReduceOp::kMax>, &Reduce<ReduceOp::kProduct>};
+  for (int i = 0; i < 4; ++i) DADT_MPI_CHECK("op_create", MPI_Op_create(fns[i], 1, &t->ops[i]));
+  return Status::OK();
+}
+
+const CustomTypes& Types() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto* t = new CustomTypes();  // lives until exit; MPI_Finalize frees the handles
+    t->status = Build(t);
+    g_types = t;
+  });
+  return *g_types;
+}
+
+int OpIndex(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return 0;
+    case ReduceOp::kMin: return 1;
+    case ReduceOp::kMax: return 2;
+    case ReduceOp::kProduct: return 3;
+    default: return -1;
+  }
+}
+
+}  // namespace
+
+Status MpiTypeAndOp(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_Op* mpi_op) {
+  const int index = OpIndex(op);
+  if (index < 0) {
+    return Unimplemented(std::string("mpi backend does not reduce with op ") + ReduceOpName(op) +
+                         " (Average is Sum followed by a scale in the core)");
+  }
+  static const MPI_Op kNativeOps[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
+  *mpi_op = kNativeOps[index];
+  switch (dtype) {
+    case DataType::kUint8: *type = MPI_UINT8_T; return Status::OK();
+    case DataType::kInt8: *type = MPI_INT8_T; return Status::OK();
+    case DataType::kInt32: *type = MPI_INT32_T; return Status::OK();
+    case DataType::kInt64: *type = MPI_INT64_T; return Status::OK();
+    case DataType::kFloat32: *type = MPI_FLOAT; return Status::OK();
+    case DataType::kFloat64: *type = MPI_DOUBLE; return Status::OK();
+    case DataType::kFloat16:
+    case DataType::kBfloat16:
+    case DataType::kBool: break;
+    default:
+      return InvalidArgument("unknown dtype " + std::to_string(static_cast<int>(dtype)));
+  }
+  const CustomTypes& t = Types();
+  DADT_RETURN_IF_ERROR(t.status);
+  *type = dtype == DataType::kFloat16 ? t.float16
+          : dtype == DataType::kBfloat16 ? t.bfloat16
+                                         : t.boolean;
+  *mpi_op = t.ops[index];
+  return Status::OK();
+}
+
+}  // namespace internal
+}  // namespace mpi
+}  // namespace backends
+}  // namespace dadt

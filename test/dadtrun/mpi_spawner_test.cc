@@ -1,0 +1,108 @@
+// dadtrun --mpi: the mpirun command line and the environment it forwards (pure functions; the
+// launches themselves are in test/integration/test_mpi.py).
+#include "dadtrun/mpi_spawner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace dadt {
+namespace dadtrun {
+namespace {
+
+using Args = std::vector<std::string>;
+
+LaunchConfig MpiConfig(int np, std::vector<HostSlots> hosts, Args command) {
+  LaunchConfig c;
+  c.num_proc = np;
+  c.hosts = std::move(hosts);
+  c.command = std::move(command);
+  c.controller = "mpi";
+  return c;
+}
+
+bool Contains(const Args& argv, const Args& seq) {
+  return std::search(argv.begin(), argv.end(), seq.begin(), seq.end()) != argv.end();
+}
+
+TEST(MpiSpawnerTest, CommandHasHostsRootOversubscribeBindingAndForwardedEnv) {
+  LaunchConfig c = MpiConfig(4, {{"localhost", 4}}, {"python", "train.py", "--lr", "0.1"});
+  c.mpi_args = "--mca btl self,vader -x 'A B'";
+  const EnvMap env = {{"DADT_CONTROLLER", "mpi"}, {"PATH", "/usr/bin"}, {"PWD", "/x"},
+                      {"OMPI_COMM_WORLD_RANK", "0"}, {"BASH_FUNC_f%%", "() {}"}};
+  auto argv = MpirunCommand(c, env, "/usr/bin/mpirun", /*is_root=*/true, /*cores=*/2);
+  ASSERT_TRUE(argv.ok()) << argv.status().ToString();
+  const Args& a = *argv;
+  EXPECT_EQ(a.front(), "/usr/bin/mpirun");
+  EXPECT_TRUE(Contains(a, {"-np", "4"}));
+  EXPECT_TRUE(Contains(a, {"-H", "localhost:4"}));
+  EXPECT_TRUE(Contains(a, {"--allow-run-as-root"}));
+  EXPECT_TRUE(Contains(a, {"--oversubscribe"}));
+  EXPECT_TRUE(Contains(a, {"--bind-to", "none"}));
+  EXPECT_TRUE(Contains(a, {"-x", "DADT_CONTROLLER"}));
+  EXPECT_TRUE(Contains(a, {"-x", "PATH"}));
+  EXPECT_FALSE(Contains(a, {"-x", "PWD"}));
+  EXPECT_FALSE(Contains(a, {"-x", "OMPI_COMM_WORLD_RANK"}));
+  EXPECT_FALSE(Contains(a, {"-x", "BASH_FUNC_f%%"}));
+  // --mpi-args (split like a shell), then the command, last and verbatim.
+  EXPECT_TRUE(Contains(a, {"--mca", "btl", "self,vader", "-x", "A B", "python", "train.py", "--lr",
+                           "0.1"}));
+  EXPECT_EQ(a.back(), "0.1");
+}
+
+TEST(MpiSpawnerTest, NoRootFlagOrOversubscribeWhenNotNeeded) {
+  LaunchConfig c = MpiConfig(2, {{"localhost", 2}}, {"true"});
+  auto argv = MpirunCommand(c, {}, "mpirun", /*is_root=*/false, /*cores=*/8);
+  ASSERT_TRUE(argv.ok());
+  EXPECT_FALSE(Contains(*argv, {"--allow-run-as-root"}));
+  EXPECT_FALSE(Contains(*argv, {"--oversubscribe"}));
+  // Remote hosts' slots do not count against this machine's cores.
+  c = MpiConfig(8, {{"nodeA", 4}, {"nodeB", 4}}, {"true"});
+  argv = MpirunCommand(c, {}, "mpirun", false, 2);
+  ASSERT_TRUE(argv.ok());
+  EXPECT_TRUE(Contains(*argv, {"-H", "nodeA:4,nodeB:4"}));
+  EXPECT_FALSE(Contains(*argv, {"--oversubscribe"}));
+}
+
+TEST(MpiSpawnerTest, SplitArgsQuotesAndErrors) {
+  auto w = SplitArgs(R"(  a "b c" 'd e' f\ g "h\"i" )");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(*w, (Args{"a", "b c", "d e", "f g", "h\"i"}));
+  EXPECT_TRUE(SplitArgs("").ok() && SplitArgs("")->empty());
+  auto bad = SplitArgs("--mca 'oops");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("unterminated"), std::string::npos);
+  LaunchConfig c = MpiConfig(1, {{"localhost", 1}}, {"true"});
+  c.mpi_args = "\"x";
+  EXPECT_FALSE(MpirunCommand(c, {}, "mpirun", false, 2).ok());
+}
+
+TEST(MpiSpawnerTest, WorkerEnvironmentIsJobWideOnly) {
+  LaunchConfig c = MpiConfig(3, {{"localhost", 3}}, {"true"});
+  c.fusion_threshold_bytes = 1024;
+  c.hierarchical_allreduce = true;
+  EnvMap env = MpiWorkerEnvironment(c, {{"PATH", "/usr/bin"}});
+  EXPECT_EQ(env["DADT_CONTROLLER"], "mpi");
+  EXPECT_EQ(env["DADT_FUSION_THRESHOLD"], "1024");
+  EXPECT_EQ(env["DADT_HIERARCHICAL_ALLREDUCE"], "1");
+  EXPECT_EQ(env["PATH"], "/usr/bin");
+  for (const char* per_rank : {"DADT_RANK", "DADT_LOCAL_RANK", "DADT_SIZE", "RANK", "LOCAL_RANK",
+                               "DADT_SECRET", "DADT_RENDEZVOUS_ADDR", "MASTER_PORT"}) {
+    EXPECT_EQ(env.count(per_rank), 0u) << per_rank;
+  }
+}
+
+TEST(MpiSpawnerTest, AutoPicksMpiOnlyWithMpirunOnPath) {
+  EXPECT_EQ(ResolveController("gloo"), "gloo");
+  EXPECT_EQ(ResolveController("mpi"), "mpi");
+  EXPECT_EQ(ResolveController("auto"), MpiBuilt() && !FindMpirun().empty() ? "mpi" : "gloo");
+  const char* path = std::getenv("PATH");
+  const std::string saved = path ? path : "";
+  ::setenv("PATH", "/nonexistent-dadt-dir", 1);
+  EXPECT_EQ(ResolveController("auto"), "gloo");
+  ::setenv("PATH", saved.c_str(), 1);
+}
+
+}  // namespace
+}  // namespace dadtrun
+}  // namespace dadt
