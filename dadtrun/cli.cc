@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <tuple>
 
+#include "dadtrun/config_file.h"
 #include "runtime/common/env.h"
 
 namespace dadt {
@@ -22,6 +23,8 @@ struct RawFlags {
   std::string autotune_log, autotune_warmup, autotune_steps, autotune_samples, autotune_noise;
   bool gloo = false, verbose = false, help = false, version = false, mark_cycles = false;
   bool autotune = false;
+  std::string hostfile, ssh_port, ssh_identity, config_file;  // multi-host launching
+  std::vector<std::string> env_x;                             // -x, in order
   std::string stall_warning_s, stall_shutdown_s;  // --stall-check-{warning,shutdown}-time-seconds
   bool no_stall_check = false;
   bool mpi = false, check_build = false, hierarchical = false;
@@ -54,6 +57,86 @@ Status BadValue(const std::string& flag, const std::string& expected, const std:
 
 // Rewrites "-np" (which CLI11 would read as "-n p") to "--num-proc", only among dadtrun's own flags:
 // scanning stops at the first positional argument, where the user's command begins.
+// -H/--hosts, --hostfile, -p, -i and -x: where the ranks run and what they get from dadtrun.
+Status ConvertHosts(const RawFlags& raw, const std::string& local_hostname, LaunchConfig* c) {
+  (void)local_hostname;  // local entries are recognised at launch (IsLocalHost)
+  if (!raw.hosts.empty() && !raw.hostfile.empty()) {
+    return InvalidArgument("-H/--hosts and --hostfile both given; use one of them");
+  }
+  std::string source;
+  if (!raw.hostfile.empty()) {
+    StatusOr<std::vector<HostSlots>> hosts = ReadHostfile(raw.hostfile);
+    if (!hosts.ok()) return hosts.status();
+    c->hosts = *hosts;
+    source = "--hostfile '" + raw.hostfile + "'";
+  } else if (!raw.hosts.empty()) {
+    StatusOr<std::vector<HostSlots>> hosts = ParseHosts(raw.hosts);
+    if (!hosts.ok()) return hosts.status();
+    c->hosts = *hosts;
+    source = "-H/--hosts '" + raw.hosts + "'";
+  } else {
+    c->hosts = {HostSlots{"localhost", c->num_proc}};
+  }
+  const int slots = TotalSlots(c->hosts);
+  if (c->num_proc > slots) {
+    return InvalidArgument("-np " + std::to_string(c->num_proc) + " is more than the " +
+                           std::to_string(slots) + " slots given by " + source +
+                           "; lower -np or add slots");
+  }
+  if (!raw.ssh_port.empty()) {
+    int64_t port = 0;
+    if (!ParseInt64(raw.ssh_port, &port) || port < 1 || port > 65535) {
+      return BadValue("-p/--ssh-port", "a TCP port number 1-65535", raw.ssh_port);
+    }
+    c->ssh_port = static_cast<int>(port);
+  }
+  c->ssh_identity_file = raw.ssh_identity;
+  for (const std::string& x : raw.env_x) {
+    const size_t eq = x.find('=');
+    const std::string name = x.substr(0, eq);
+    const bool valid = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                       std::all_of(name.begin(), name.end(), [](unsigned char ch) {
+                         return std::isalnum(ch) || ch == '_';
+                       });
+    if (!valid) return BadValue("-x", "NAME or NAME=VALUE with NAME a variable name", x);
+    if (eq == std::string::npos) {
+      c->forward_env.emplace_back(name, std::nullopt);
+    } else {
+      c->forward_env.emplace_back(name, x.substr(eq + 1));
+    }
+  }
+  return Status::OK();
+}
+
+// Fills every flag the command line did not give from --config-file. -x entries from the file come
+// first, so a command-line -x for the same name wins. `applied` gets the flags the file supplied.
+Status ApplyConfigFile(CLI::App& app, RawFlags* raw, std::vector<std::string>* applied) {
+  if (raw->config_file.empty()) return Status::OK();
+  StatusOr<std::vector<ConfigFlag>> flags = LoadConfigFile(raw->config_file);
+  if (!flags.ok()) return flags.status();
+  const bool hosts_given = app.get_option("--hosts")->count() > 0 || app.get_option("--hostfile")->count() > 0;
+  std::vector<std::string> env_x;
+  for (const ConfigFlag& f : *flags) {
+    if (f.flag == "-x") {
+      env_x.push_back(f.value);
+      continue;
+    }
+    if ((f.flag == "--hosts" || f.flag == "--hostfile") && hosts_given) continue;
+    CLI::Option* opt = app.get_option(f.flag);
+    if (opt->count() > 0) continue;
+    applied->push_back(f.flag);
+    try {
+      opt->add_result(f.value);
+      opt->run_callback();
+    } catch (const CLI::ParseError& e) {
+      return InvalidArgument("config file '" + raw->config_file + "': " + f.flag + ": " + e.what());
+    }
+  }
+  env_x.insert(env_x.end(), raw->env_x.begin(), raw->env_x.end());
+  raw->env_x = std::move(env_x);
+  return Status::OK();
+}
+
 Status NormalizeArgs(const CLI::App& app, std::vector<std::string>* args) {
   for (size_t i = 0; i < args->size(); ++i) {
     std::string& a = (*args)[i];
@@ -102,20 +185,7 @@ StatusOr<LaunchConfig> Convert(const RawFlags& raw, std::vector<std::string> com
   if (c.command.empty()) {
     return InvalidArgument("no command given; usage: dadtrun -np N command [args...]");
   }
-  if (raw.hosts.empty()) {
-    c.hosts = {HostSlots{"localhost", c.num_proc}};
-  } else {
-    StatusOr<std::vector<HostSlots>> hosts = ParseHosts(raw.hosts);
-    if (!hosts.ok()) return hosts.status();
-    if (!raw.mpi) DADT_RETURN_IF_ERROR(CheckAllLocal(*hosts, local_hostname));  // mpirun: any host
-    c.hosts = *hosts;
-    const int slots = TotalSlots(c.hosts);
-    if (c.num_proc > slots) {
-      return InvalidArgument("-np " + std::to_string(c.num_proc) + " is more than the " +
-                             std::to_string(slots) + " slots given by -H/--hosts '" + raw.hosts +
-                             "'; lower -np or add slots");
-    }
-  }
+  DADT_RETURN_IF_ERROR(ConvertHosts(raw, local_hostname, &c));
   if (!raw.fusion_mb.empty()) {
     double mb = 0;
     if (!ParseDouble(raw.fusion_mb, &mb) || mb < 0 || mb > 1e9) {
@@ -227,7 +297,12 @@ std::string UsageText() {
          "\n"
          "flags:\n"
          "  -np, --num-proc N          number of ranks to start (required, >= 1)\n"
-         "  -H, --hosts H:N[,H:N...]   hosts and slots; only this machine for now\n"
+         "  -H, --hosts H:N[,H:N...]   hosts and their slots; ranks fill hosts in order\n"
+         "  --hostfile FILE            hosts from FILE, one 'HOST slots=N' line each ('#' comments)\n"
+         "  -p, --ssh-port PORT        ssh port of the remote hosts (default: ssh's own)\n"
+         "  -i, --ssh-identity-file F  ssh private key for the remote hosts\n"
+         "  -x NAME[=VALUE]            set NAME=VALUE for every rank, or forward NAME (repeatable)\n"
+         "  --config-file FILE         YAML file of settings; flags override it (docs/running.md)\n"
          "  --gloo                     Gloo controller and data plane; dadtrun starts the ranks\n"
          "  --mpi                      hand the launch to mpirun: MPI controller and data plane\n"
          "                             (neither flag: MPI when built and mpirun is on PATH, else Gloo)\n"
@@ -238,7 +313,7 @@ std::string UsageText() {
          "  --cycle-time-ms MS         negotiation cycle time           -> DADT_CYCLE_TIME\n"
          "  --cache-capacity N         response cache entries, 0 = off  -> DADT_CACHE_CAPACITY\n"
          "  --start-timeout SECONDS    time for ranks to meet (default 30) -> DADT_START_TIMEOUT\n"
-         "  --network-interface IFACE  interface for rank traffic       -> DADT_IFACE\n"
+         "  --network-interface IFACE  interface for rendezvous and rank traffic -> DADT_IFACE\n"
          "  --log-level LEVEL          trace|debug|info|warning|error   -> DADT_LOG_LEVEL\n"
          "  --output-filename DIR      also write DIR/rank.<N>/stdout and DIR/rank.<N>/stderr\n"
          "  --timeline-filename FILE   rank 0 writes a Chrome-trace timeline -> DADT_TIMELINE\n"
@@ -283,6 +358,11 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
   app.add_option("--autotune-steps-per-sample", raw.autotune_steps);
   app.add_option("--autotune-bayes-opt-max-samples", raw.autotune_samples);
   app.add_option("--autotune-gaussian-process-noise", raw.autotune_noise);
+  app.add_option("--hostfile", raw.hostfile);
+  app.add_option("-p,--ssh-port", raw.ssh_port);
+  app.add_option("-i,--ssh-identity-file", raw.ssh_identity);
+  app.add_option("-x", raw.env_x)->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--config-file", raw.config_file);
   app.add_flag("--no-stall-check", raw.no_stall_check);
   app.add_option("--stall-check-warning-time-seconds", raw.stall_warning_s);
   app.add_option("--stall-check-shutdown-time-seconds", raw.stall_shutdown_s);
@@ -321,6 +401,8 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
     result.action = CommandLine::Action::kCheckBuild;
     return result;
   }
+  std::vector<std::string> from_config;
+  DADT_RETURN_IF_ERROR(ApplyConfigFile(app, &raw, &from_config));
   std::vector<std::string> command = app.remaining();
   const bool separated = !command.empty() && command[0] == "--";  // "--": the rest is the command
   if (separated) command.erase(command.begin());
@@ -328,7 +410,15 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
     return InvalidArgument("unknown flag '" + command[0] + "'; see dadtrun --help");
   }
   StatusOr<LaunchConfig> config = Convert(raw, std::move(command), local_hostname);
-  if (!config.ok()) return config.status();
+  if (!config.ok()) {
+    // A bad value that came from the config file: say so, or the user looks for a flag they never typed.
+    for (const std::string& flag : from_config) {
+      if (config.status().message().find(flag + " ") != std::string::npos) {
+        return InvalidArgument(config.status().message() + " (from config file '" + raw.config_file + "')");
+      }
+    }
+    return config.status();
+  }
   result.config = std::move(*config);
   return result;
 }

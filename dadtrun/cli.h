@@ -26,7 +26,7 @@ inline constexpr const char kVersion[] = "0.1.0";
 // whatever the user's environment has for that variable.
 struct LaunchConfig {
   int num_proc = 0;
-  std::vector<HostSlots> hosts;  // from -H, or {localhost: num_proc}
+  std::vector<HostSlots> hosts;  // from -H or --hostfile, or {localhost: num_proc}
   std::vector<std::string> command;
   std::string controller = "auto";  // --gloo, --mpi; "auto": MPI when built and mpirun is found
   std::string mpi_args;             // --mpi-args, passed to mpirun as they are
@@ -42,6 +42,10 @@ struct LaunchConfig {
   std::optional<std::string> timeline_filename;   // --timeline-filename
   bool timeline_mark_cycles = false;              // --timeline-mark-cycles
   std::vector<std::pair<std::string, std::string>> autotune_env;  // --autotune*: DADT_AUTOTUNE*
+  int ssh_port = 0;                                // -p/--ssh-port; 0 = ssh's default
+  std::string ssh_identity_file;                   // -i/--ssh-identity-file
+  // -x NAME[=VALUE], in order: a value sets NAME for every rank; no value forwards dadtrun's own.
+  std::vector<std::pair<std::string, std::optional<std::string>>> forward_env;
   std::vector<std::pair<std::string, std::string>> stall_env;  // --*stall-check*: DADT_STALL_*
 };
 

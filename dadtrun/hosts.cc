@@ -1,6 +1,10 @@
 #include "dadtrun/hosts.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <climits>
 #include <cstdlib>
 #include <strings.h>
@@ -91,14 +95,97 @@ bool IsLocalHost(const std::string& host, const std::string& local_hostname) {
   return strcasecmp(host.c_str(), short_name.c_str()) == 0;
 }
 
-Status CheckAllLocal(const std::vector<HostSlots>& hosts, const std::string& local_hostname) {
+StatusOr<std::vector<HostSlots>> ParseHostfileText(const std::string& text,
+                                                   const std::string& source) {
+  std::vector<HostSlots> hosts;
+  int line_no = 0;
+  for (std::string line : Split(text, '\n')) {
+    ++line_no;
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line.erase(hash);
+    std::vector<std::string> words;
+    std::istringstream tokens(line);
+    for (std::string word; tokens >> word;) words.push_back(word);
+    if (words.empty()) continue;
+    const std::string where = source + " line " + std::to_string(line_no);
+    HostSlots h;
+    h.host = words[0];
+    if (h.host.find('=') != std::string::npos || h.host.find(',') != std::string::npos) {
+      return InvalidArgument(where + ": expected 'HOST slots=N', got '" + line + "'");
+    }
+    if (words.size() > 2) {
+      return InvalidArgument(where + ": expected 'HOST slots=N', got '" + line + "'");
+    }
+    if (words.size() == 2) {
+      const std::string& kv = words[1];
+      if (kv.rfind("slots=", 0) != 0 && kv.rfind("max_slots=", 0) != 0) {
+        return InvalidArgument(where + ": expected 'HOST slots=N', got '" + line + "'");
+      }
+      if (!ParsePositiveInt(kv.substr(kv.find('=') + 1), &h.slots)) {
+        return InvalidArgument(where + ": the slot count in '" + kv +
+                               "' must be a positive integer, e.g. slots=4");
+      }
+    }
+    hosts.push_back(h);
+  }
+  if (hosts.empty()) {
+    return InvalidArgument(source + " lists no hosts; write one 'HOST slots=N' line per host");
+  }
+  return hosts;
+}
+
+StatusOr<std::vector<HostSlots>> ReadHostfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return InvalidArgument("cannot read hostfile '" + path + "': " + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ParseHostfileText(text.str(), "hostfile '" + path + "'");
+}
+
+std::vector<HostSlots> UsedHosts(const std::vector<HostSlots>& hosts, int num_proc) {
+  std::vector<HostSlots> used;
+  int left = num_proc;
   for (const HostSlots& h : hosts) {
-    if (!IsLocalHost(h.host, local_hostname)) {
-      return InvalidArgument("host '" + h.host +
-                             "' is not this machine; launching over ssh is not supported yet");
+    if (left <= 0) break;
+    const int n = std::min(left, h.slots);
+    left -= n;
+    auto same = std::find_if(used.begin(), used.end(),
+                             [&h](const HostSlots& u) { return u.host == h.host; });
+    if (same != used.end()) {
+      same->slots += n;
+    } else {
+      used.push_back({h.host, n});
     }
   }
-  return Status::OK();
+  return used;
+}
+
+std::vector<RankPlacement> PlaceRanks(const std::vector<HostSlots>& hosts, int num_proc) {
+  const std::vector<HostSlots> used = UsedHosts(hosts, num_proc);
+  std::vector<RankPlacement> placements;
+  int rank = 0;
+  for (size_t i = 0; i < used.size(); ++i) {
+    for (int local = 0; local < used[i].slots; ++local) {
+      RankPlacement p;
+      p.rank = rank++;
+      p.host_index = static_cast<int>(i);
+      p.host = used[i].host;
+      p.local_rank = local;
+      p.local_size = used[i].slots;
+      p.cross_rank = 0;
+      p.cross_size = 0;
+      for (size_t j = 0; j < used.size(); ++j) {
+        if (used[j].slots > local) {
+          if (j < i) ++p.cross_rank;
+          ++p.cross_size;
+        }
+      }
+      placements.push_back(p);
+    }
+  }
+  return placements;
 }
 
 }  // namespace dadtrun

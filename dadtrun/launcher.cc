@@ -5,13 +5,20 @@
 #include <cstdlib>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <set>
+
 #include "dadtrun/console.h"
 #include "dadtrun/local_spawner.h"
 #include "dadtrun/mpi_spawner.h"
 #include "dadtrun/output_mux.h"
 #include "dadtrun/rendezvous_server.h"
+#include "dadtrun/ssh_spawner.h"
 #include "dadtrun/supervisor.h"
 #include "dadtrun/worker_env.h"
+#include "runtime/common/env.h"
+#include "runtime/common/rendezvous/socket.h"
 
 namespace dadt {
 namespace dadtrun {
@@ -30,12 +37,115 @@ int Fail(const Status& s) {
   return 1;
 }
 
+// Exit code for a launch refused because of what the user asked for (a host that cannot be
+// reached, an interface that does not exist, -x of an unset variable): like a bad flag.
+int Refuse(const Status& s) {
+  console::Message(s.message());
+  return 2;
+}
+
+std::string JoinHosts(const std::vector<std::string>& hosts) {
+  std::string s;
+  for (const std::string& h : hosts) s += (s.empty() ? "" : ", ") + h;
+  return s;
+}
+
+// Where the rendezvous server listens: loopback when every rank is here; else the chosen
+// interface's address; else the address this host uses to reach the first remote host.
+StatusOr<std::string> RendezvousAddress(const LaunchConfig& config,
+                                        const std::vector<std::string>& remote_hosts) {
+  if (remote_hosts.empty()) return std::string(kLoopback);
+  if (config.network_interface) {
+    StatusOr<std::string> addr = rendezvous::InterfaceAddress(*config.network_interface);
+    if (!addr.ok()) return InvalidArgument("--network-interface: " + addr.status().message());
+    return addr;
+  }
+  StatusOr<std::string> addr = rendezvous::RouteSourceAddress(remote_hosts.front());
+  if (!addr.ok()) {
+    return InvalidArgument("cannot choose an address for the rendezvous server (" +
+                           addr.status().message() + "); pass --network-interface IFACE");
+  }
+  return addr;
+}
+
+Status CheckForwardedEnv(const LaunchConfig& config, const EnvMap& user_env) {
+  for (const auto& [name, value] : config.forward_env) {
+    if (!value && user_env.count(name) == 0) {
+      return InvalidArgument("-x " + name + ": " + name +
+                             " is not set in dadtrun's environment; set it or use -x " + name +
+                             "=VALUE");
+    }
+  }
+  return Status::OK();
+}
+
+// What starting a rank needs besides its request: where "here" is and how to reach other hosts.
+struct RankSite {
+  std::string local_hostname;
+  SshOptions ssh;
+  std::vector<std::string> ssh_env;  // the local ssh processes' environment (dadtrun's own)
+  std::string cwd;                   // remote ranks start there too
+  std::set<std::string> forced_env;  // -x names, forwarded to remote ranks whatever they are
+};
+
+// Starts one rank on `host`: here, or over ssh. For a remote rank, `*control_fd` gets its control
+// pipe and `process->signal` the hook that signals the rank through it.
+StatusOr<SpawnedRank> StartRank(SpawnRequest request, const std::string& host, const RankSite& where,
+                                int* control_fd, RankProcess* process, int* exec_errno) {
+  if (IsLocalHost(host, where.local_hostname)) return SpawnLocalRank(request, exec_errno);
+  request.inherit_stdin = false;
+  StatusOr<RemoteRank> remote =
+      SpawnSshRank(request, host, where.ssh, where.ssh_env, where.cwd, where.forced_env);
+  if (!remote.ok()) return remote.status();
+  *control_fd = remote->control_fd;
+  const pid_t ssh_pid = remote->spawned.pid;
+  process->signal = [control_fd, ssh_pid](int sig) {
+    SignalRemoteRank(control_fd, sig);
+    // Killing ssh too closes the connection, which is a SIGKILL there as well.
+    if (sig == SIGKILL) ::kill(-ssh_pid, SIGKILL);
+  };
+  return remote->spawned;
+}
+
+SshOptions SshOptionsFor(const LaunchConfig& config) {
+  SshOptions ssh;
+  ssh.port = config.ssh_port;
+  ssh.identity_file = config.ssh_identity_file;
+  const int64_t start = config.start_timeout_seconds.value_or(env::kDefaultStartTimeoutSeconds);
+  ssh.connect_timeout_seconds = static_cast<int>(std::clamp<int64_t>(start, 1, 10));
+  return ssh;
+}
+
 }  // namespace
 
 int Launch(const LaunchConfig& requested) {
   LaunchConfig config = requested;
   config.controller = ResolveController(requested.controller);
   if (config.controller == "mpi") return LaunchWithMpirun(config);
+  const std::string local_hostname = LocalHostname();
+  const std::vector<RankPlacement> placements = PlaceRanks(config.hosts, config.num_proc);
+  std::vector<std::string> remote_hosts;
+  for (const HostSlots& h : UsedHosts(config.hosts, config.num_proc)) {
+    if (!IsLocalHost(h.host, local_hostname)) remote_hosts.push_back(h.host);
+  }
+  const EnvMap user_env = CurrentEnvironment();
+  Status env_ok = CheckForwardedEnv(config, user_env);
+  if (!env_ok.ok()) return Refuse(env_ok);
+  const SshOptions ssh = SshOptionsFor(config);
+  const int64_t start_timeout =
+      config.start_timeout_seconds.value_or(env::kDefaultStartTimeoutSeconds);
+  if (!remote_hosts.empty()) {
+    // Every host at once, before anything starts: all unreachable ones are named together.
+    console::Message("checking " + std::to_string(remote_hosts.size()) + " host(s) over ssh: " +
+                     JoinHosts(remote_hosts));
+    Status reached = CheckHostsReachable(remote_hosts, ssh, std::chrono::seconds(start_timeout));
+    if (!reached.ok()) return Refuse(reached);
+    console::Message("hosts reached: " + std::to_string(remote_hosts.size()) + "/" +
+                     std::to_string(remote_hosts.size()));
+  }
+  StatusOr<std::string> bind_addr = RendezvousAddress(config, remote_hosts);
+  if (!bind_addr.ok()) return Refuse(bind_addr.status());
+
   // Before any thread exists, so every thread inherits the mask and Supervisor::Run can take the
   // signals with sigtimedwait; broken pipes become EPIPE instead of killing dadtrun.
   sigset_t original_mask;
@@ -47,19 +157,20 @@ int Launch(const LaunchConfig& requested) {
 
   StatusOr<std::string> secret = GenerateSecret();
   if (!secret.ok()) return Fail(secret.status());
-  StatusOr<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start(kLoopback, *secret);
+  StatusOr<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start(*bind_addr, *secret);
   if (!server.ok()) return Fail(server.status());
-  verbose("rendezvous server listening on " + std::string(kLoopback) + ":" +
-          std::to_string((*server)->port()));
-  StatusOr<int> master_port = FindFreePort(kLoopback);
+  verbose("rendezvous server listening on " + *bind_addr + ":" + std::to_string((*server)->port()));
+  StatusOr<int> master_port = FindFreePort(*bind_addr);
   if (!master_port.ok()) return Fail(master_port.status());
 
   JobEndpoints endpoints;
-  endpoints.hostname = LocalHostname();
-  endpoints.rendezvous_addr = kLoopback;
+  endpoints.hostname = local_hostname;
+  endpoints.rendezvous_addr = *bind_addr;
   endpoints.rendezvous_port = (*server)->port();
   endpoints.secret = *secret;
-  endpoints.master_addr = kLoopback;
+  // torchrun's MASTER_ADDR is rank 0's host.
+  const bool rank0_local = IsLocalHost(placements.front().host, local_hostname);
+  endpoints.master_addr = rank0_local ? *bind_addr : placements.front().host;
   endpoints.master_port = *master_port;
 
   OutputMux::Options mux_options;
@@ -71,8 +182,17 @@ int Launch(const LaunchConfig& requested) {
   // blocked in them (an inherited block would turn every stop into a SIGKILL after the grace).
   sigset_t rank_mask = original_mask;
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigdelset(&rank_mask, sig);
-  const EnvMap user_env = CurrentEnvironment();
   const bool stdin_is_tty = ::isatty(STDIN_FILENO);
+  RankSite where;
+  where.local_hostname = local_hostname;
+  where.ssh = ssh;
+  where.ssh_env = ToEnvStrings(user_env);
+  for (const auto& kv : config.forward_env) where.forced_env.insert(kv.first);
+  char cwd_buf[4096];
+  where.cwd = ::getcwd(cwd_buf, sizeof(cwd_buf)) ? cwd_buf : "/";
+  // Control pipes of the remote ranks, by rank; closed when dadtrun is done. Stable addresses: the
+  // supervisor's signal hooks point into it.
+  std::vector<int> control_fds(config.num_proc, -1);
   std::vector<RankProcess> ranks;
   Status spawn_error;
   int spawn_exit_code = 0;
@@ -85,17 +205,23 @@ int Launch(const LaunchConfig& requested) {
     // Only rank 0 reads dadtrun's stdin, and not from a terminal: ranks are not in the terminal's
     // foreground process group, so reading it would stop them.
     request.inherit_stdin = rank == 0 && !stdin_is_tty;
+    const std::string& host = placements[rank].host;
+    RankProcess process;
+    process.rank = rank;
+    if (!remote_hosts.empty()) process.host = host;
     int exec_errno = 0;
-    StatusOr<SpawnedRank> spawned = SpawnLocalRank(request, &exec_errno);
+    StatusOr<SpawnedRank> spawned = StartRank(request, host, where, &control_fds[rank], &process,
+                                              &exec_errno);
     if (!spawned.ok()) {
       spawn_error = spawned.status();
       spawn_exit_code = exec_errno == 0 ? 1 : (exec_errno == ENOENT ? 127 : 126);
       break;
     }
-    verbose("started rank " + std::to_string(rank) + " (pid " + std::to_string(spawned->pid) +
-            "): " + JoinCommand(config.command));
+    verbose("started rank " + std::to_string(rank) + " on " + host + " (pid " +
+            std::to_string(spawned->pid) + "): " + JoinCommand(config.command));
     (*mux)->AddRank(rank, spawned->stdout_fd, spawned->stderr_fd);
-    ranks.push_back({rank, spawned->pid});
+    process.pid = spawned->pid;
+    ranks.push_back(std::move(process));
   }
   Status started = (*mux)->Start();
   if (!started.ok()) return Fail(started);
@@ -103,8 +229,21 @@ int Launch(const LaunchConfig& requested) {
   SupervisorOptions options;
   options.verbose = config.verbose;
   bool all_ready_reported = false;
+  int ready_reported = 0;
+  auto last_progress = std::chrono::steady_clock::now();
   options.on_tick = [&] {
-    if (config.verbose && !all_ready_reported && (*server)->ReadyCount() >= config.num_proc) {
+    const int ready = std::min((*server)->ReadyCount(), config.num_proc);
+    if (!remote_hosts.empty() && ready > ready_reported) {
+      // Across hosts, show ranks arriving: at most one line a second, and always the last one.
+      const auto now = std::chrono::steady_clock::now();
+      if (ready == config.num_proc || now - last_progress >= std::chrono::seconds(1)) {
+        console::Message("rendezvous: " + std::to_string(ready) + "/" +
+                         std::to_string(config.num_proc) + " ranks");
+        ready_reported = ready;
+        last_progress = now;
+      }
+    }
+    if (config.verbose && !all_ready_reported && ready >= config.num_proc) {
       all_ready_reported = true;
       verbose("all " + std::to_string(config.num_proc) + " ranks reported ready");
     }
@@ -130,6 +269,9 @@ int Launch(const LaunchConfig& requested) {
   }
   (*mux)->Stop();
   (*server)->Stop();
+  for (int& fd : control_fds) {
+    if (fd >= 0) ::close(fd);
+  }
   return exit_code;
 }
 

@@ -24,7 +24,9 @@ void CloseFds(std::initializer_list<int> fds) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);  // dadtrun died before prctl took effect
-  if (!req.inherit_stdin) {
+  if (req.stdin_fd >= 0) {
+    ::dup2(req.stdin_fd, STDIN_FILENO);
+  } else if (!req.inherit_stdin) {
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) {
       ::dup2(devnull, STDIN_FILENO);

@@ -29,6 +29,7 @@ struct SpawnRequest {
   std::vector<std::string> env;      // "NAME=value" entries: the rank's whole environment
   sigset_t child_sigmask;            // the mask the rank starts with (dadtrun's original one)
   bool inherit_stdin = false;        // otherwise stdin is /dev/null
+  int stdin_fd = -1;                 // >= 0: the rank's stdin (wins over inherit_stdin)
 };
 
 struct SpawnedRank {

@@ -83,7 +83,12 @@ int Supervisor::Run() {
 
 void Supervisor::SignalAll(int sig) {
   for (const Tracked& t : ranks_) {
-    if (t.running) ::kill(-t.process.pid, sig);
+    if (!t.running) continue;
+    if (t.process.signal) {
+      t.process.signal(sig);
+    } else {
+      ::kill(-t.process.pid, sig);
+    }
   }
 }
 
@@ -106,11 +111,19 @@ void Supervisor::ReapExited() {
 void Supervisor::OnExit(const Tracked& t, int wait_status) {
   const bool signaled = WIFSIGNALED(wait_status);
   const int code = signaled ? 128 + WTERMSIG(wait_status) : WEXITSTATUS(wait_status);
-  std::string what = "rank " + std::to_string(t.process.rank) + " (pid " +
-                     std::to_string(t.process.pid) + ") ";
+  std::string what = "rank " + std::to_string(t.process.rank) +
+                     (t.process.host.empty() ? "" : " on host " + t.process.host) +
+                     (t.process.signal ? " (ssh pid " : " (pid ") + std::to_string(t.process.pid) + ") ";
   what += signaled ? "was killed by signal " + std::to_string(WTERMSIG(wait_status)) + " (" +
                          SignalName(WTERMSIG(wait_status)) + ")"
                    : "exited with code " + std::to_string(code);
+  if (t.process.signal && !signaled) {
+    if (code == 255) {
+      what += " (ssh failed; its message is above)";
+    } else if (code > 128 && code < 128 + 65) {
+      what += " (killed by " + SignalName(code - 128) + ")";
+    }
+  }
   if (deferred_.rank >= 0 && t.process.rank == deferred_.cause) {
     // The rank that caused the deferred failure has exited: blame it if it failed too.
     const Deferred d = deferred_;

@@ -38,6 +38,10 @@ namespace dadtrun {
 struct RankProcess {
   int rank = 0;
   pid_t pid = -1;  // also its process group id
+  std::string host;  // non-empty: named in messages ("rank 3 on host h2 (pid 123) ...")
+  // Set for a rank on another host: `pid` is its local ssh process, this delivers signals to the
+  // rank itself, and an exit status of 128+N there means the rank died from signal N.
+  std::function<void(int sig)> signal;
 };
 
 struct SupervisorOptions {

@@ -30,14 +30,27 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
   EnvMap env = user_env;
   const std::string size = std::to_string(config.num_proc);
   const std::string rank_s = std::to_string(rank);
+  RankPlacement place;  // a config without hosts (tests) is one host with every rank
+  place.rank = rank;
+  place.local_rank = rank;
+  place.local_size = config.num_proc;
+  if (!config.hosts.empty() && TotalSlots(config.hosts) >= config.num_proc) {
+    place = PlaceRanks(config.hosts, config.num_proc).at(rank);
+  }
+  // -x NAME=VALUE applies to every rank; -x NAME forwards what dadtrun has (already in user_env).
+  for (const auto& [name, value] : config.forward_env) {
+    if (value) env[name] = *value;
+  }
 
   env[env::kRank] = rank_s;
   env[env::kSize] = size;
-  env[env::kLocalRank] = rank_s;  // one host: every rank is local
-  env[env::kLocalSize] = size;
-  env[env::kCrossRank] = "0";
-  env[env::kCrossSize] = "1";
-  env[env::kHostname] = endpoints.hostname;
+  env[env::kLocalRank] = std::to_string(place.local_rank);
+  env[env::kLocalSize] = std::to_string(place.local_size);
+  env[env::kCrossRank] = std::to_string(place.cross_rank);
+  env[env::kCrossSize] = std::to_string(place.cross_size);
+  env[env::kHostname] = place.host.empty() || IsLocalHost(place.host, endpoints.hostname)
+                            ? endpoints.hostname
+                            : place.host;
   // dadtrun's own spawner runs Gloo jobs ("auto" resolves to gloo when it gets here).
   env[env::kController] = config.controller == "auto" ? "gloo" : config.controller;
   env[env::kRendezvousAddr] = endpoints.rendezvous_addr;
@@ -59,8 +72,8 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
 
   env[env::kTorchRank] = rank_s;
   env[env::kTorchWorldSize] = size;
-  env[env::kTorchLocalRank] = rank_s;
-  env[env::kTorchLocalWorldSize] = size;
+  env[env::kTorchLocalRank] = std::to_string(place.local_rank);
+  env[env::kTorchLocalWorldSize] = std::to_string(place.local_size);
   env[env::kTorchMasterAddr] = endpoints.master_addr;
   env[env::kTorchMasterPort] = std::to_string(endpoints.master_port);
 
@@ -82,7 +95,7 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
   if (config.hierarchical_allreduce) env[env::kHierarchicalAllreduce] = "1";
 
   // Ranks sharing a host would otherwise each start one OpenMP thread per core and thrash.
-  if (config.num_proc > 1 && env.find(env::kOmpNumThreads) == env.end()) {
+  if (place.local_size > 1 && env.find(env::kOmpNumThreads) == env.end()) {
     env[env::kOmpNumThreads] = "1";
   }
   if (env.find(env::kPythonUnbuffered) == env.end()) env[env::kPythonUnbuffered] = "1";

@@ -31,7 +31,8 @@ struct JobEndpoints {
 
 EnvMap CurrentEnvironment();
 
-// `user_env` plus the contract for `rank` (single host: local rank = rank, cross rank 0 of 1).
+// `user_env` plus the contract for `rank`, placed on config.hosts by PlaceRanks (local and cross
+// ranks follow the host assignment), plus -x NAME=VALUE settings.
 // Optional tuning flags that were not given leave `user_env`'s value untouched. OMP_NUM_THREADS=1 is
 // added when several ranks share the host and the user has not set it; PYTHONUNBUFFERED=1 unless set.
 EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoints,

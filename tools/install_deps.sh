@@ -12,6 +12,7 @@ PYTHON="${PYTHON:-python3}"
 APT_PACKAGES=(
     bazel-bootstrap g++ make
     libgloo-dev libcli11-dev nlohmann-json3-dev pybind11-dev libgtest-dev libdlpack-dev libeigen3-dev
+    libyaml-cpp-dev
     libopenmpi-dev openmpi-bin
     openssh-client openssh-server iproute2 procps
     clang libclang-rt-14-dev   # the fuzz target (tools/run_fuzz.sh): Debian 12's clang 14 and its libFuzzer

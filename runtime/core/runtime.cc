@@ -1,7 +1,6 @@
 #include "runtime/core/runtime.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -16,6 +15,7 @@
 #include "runtime/common/logging.h"
 #include "runtime/common/rendezvous/client.h"
 #include "runtime/common/rendezvous/in_memory_store.h"
+#include "runtime/common/rendezvous/socket.h"
 
 namespace dadt {
 namespace core {
@@ -33,22 +33,7 @@ using Clock = std::chrono::steady_clock;
 // The IPv4 address the coordinator listens on: the chosen interface's, loopback when every rank
 // is on this host, else the address the hostname resolves to.
 StatusOr<std::string> BindAddress(const RuntimeOptions& o) {
-  if (!o.iface.empty()) {
-    ifaddrs* list = nullptr;
-    if (getifaddrs(&list) != 0) return Aborted("getifaddrs failed");
-    std::string found;
-    for (ifaddrs* a = list; a; a = a->ifa_next) {
-      if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && o.iface == a->ifa_name) {
-        char buf[INET_ADDRSTRLEN];
-        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof(buf));
-        found = buf;
-        break;
-      }
-    }
-    freeifaddrs(list);
-    if (found.empty()) return InvalidArgument("network interface '" + o.iface + "' has no IPv4 address");
-    return found;
-  }
+  if (!o.iface.empty()) return rendezvous::InterfaceAddress(o.iface);
   if (o.local_size == o.size) return std::string("127.0.0.1");
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);

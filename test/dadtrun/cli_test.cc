@@ -107,7 +107,7 @@ TEST(CliTest, MissingCommand) {
 
 TEST(CliTest, UnknownFlag) {
   EXPECT_NE(ErrorOf({"--bogus", "-np", "2", "x"}).find("unknown flag '--bogus'"), std::string::npos);
-  EXPECT_NE(ErrorOf({"-np", "2", "-x", "cmd"}).find("unknown flag '-x'"), std::string::npos);
+  EXPECT_NE(ErrorOf({"-np", "2", "-y", "cmd"}).find("unknown flag '-y'"), std::string::npos);
   EXPECT_NE(ErrorOf({"-np", "2", "--mpi", "--gloo", "cmd"}).find("exclude each other"),
             std::string::npos);
   EXPECT_NE(ErrorOf({"-np", "2", "--gloo", "--mpi-args", "-x A", "cmd"}).find("--mpi-args"),
@@ -141,10 +141,30 @@ TEST(CliTest, NumProcOverSlots) {
   EXPECT_EQ(MustParse({"-np", "1", "-H", "localhost:2", "x"}).num_proc, 1);
 }
 
-TEST(CliTest, RemoteHostIsRefused) {
-  EXPECT_EQ(ErrorOf({"-np", "2", "-H", "localhost:1,gpu-box:1", "x"}),
-            "host 'gpu-box' is not this machine; launching over ssh is not supported yet");
+TEST(CliTest, RemoteHostsAndSshFlags) {
+  LaunchConfig c = MustParse({"-np", "3", "-H", "localhost:1,gpu-box:2", "-p", "2222", "-i",
+                              "/k/id", "x"});
+  ASSERT_EQ(c.hosts.size(), 2u);
+  EXPECT_EQ(c.hosts[1].host, "gpu-box");
+  EXPECT_EQ(c.ssh_port, 2222);
+  EXPECT_EQ(c.ssh_identity_file, "/k/id");
   EXPECT_NE(ErrorOf({"-np", "2", "-H", "localhost:x", "x"}).find("slot count"), std::string::npos);
+  EXPECT_EQ(ErrorOf({"-np", "1", "-p", "99999", "x"}),
+            "-p/--ssh-port expects a TCP port number 1-65535, got '99999'");
+  EXPECT_EQ(ErrorOf({"-np", "1", "-H", "a:1", "--hostfile", "f", "x"}),
+            "-H/--hosts and --hostfile both given; use one of them");
+}
+
+TEST(CliTest, EnvForwarding) {
+  LaunchConfig c = MustParse({"-np", "1", "-x", "A=1 2", "-x", "B", "-x", "C=", "python", "-x"});
+  ASSERT_EQ(c.forward_env.size(), 3u);
+  EXPECT_EQ(c.forward_env[0].first, "A");
+  EXPECT_EQ(*c.forward_env[0].second, "1 2");
+  EXPECT_FALSE(c.forward_env[1].second.has_value());
+  EXPECT_EQ(*c.forward_env[2].second, "");
+  EXPECT_EQ(c.command, (std::vector<std::string>{"python", "-x"}));
+  EXPECT_EQ(ErrorOf({"-np", "1", "-x", "1A=b", "x"}),
+            "-x expects NAME or NAME=VALUE with NAME a variable name, got '1A=b'");
 }
 
 }  // namespace

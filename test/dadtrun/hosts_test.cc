@@ -50,13 +50,67 @@ TEST(HostsTest, LocalHostNames) {
   EXPECT_FALSE(LocalHostname().empty());
 }
 
-TEST(HostsTest, CheckAllLocalNamesTheRemoteHost) {
-  StatusOr<std::vector<HostSlots>> h = ParseHosts("localhost:2,gpu7:2");
-  ASSERT_TRUE(h.ok());
-  Status s = CheckAllLocal(*h, "node1");
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.message(), "host 'gpu7' is not this machine; launching over ssh is not supported yet");
-  EXPECT_TRUE(CheckAllLocal(*ParseHosts("localhost:2,node1:1"), "node1").ok());
+TEST(HostsTest, HostfileLinesAndComments) {
+  StatusOr<std::vector<HostSlots>> h = ParseHostfileText(
+      "# cluster\n"
+      "h1 slots=4\n"
+      "\n"
+      "  h2\tslots=2   # the small one\n"
+      "h3\n",
+      "hostfile 'x'");
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  ASSERT_EQ(h->size(), 3u);
+  EXPECT_EQ((*h)[0].host, "h1");
+  EXPECT_EQ((*h)[0].slots, 4);
+  EXPECT_EQ((*h)[1].host, "h2");
+  EXPECT_EQ((*h)[1].slots, 2);
+  EXPECT_EQ((*h)[2].slots, 1);
+}
+
+TEST(HostsTest, BadHostfileLineNamesTheLine) {
+  EXPECT_EQ(ParseHostfileText("h1 slots=2\nh2 slots=two\n", "hostfile 'f'").status().message(),
+            "hostfile 'f' line 2: the slot count in 'slots=two' must be a positive integer, e.g. "
+            "slots=4");
+  EXPECT_EQ(ParseHostfileText("h1 cpus=2\n", "hostfile 'f'").status().message(),
+            "hostfile 'f' line 1: expected 'HOST slots=N', got 'h1 cpus=2'");
+  EXPECT_EQ(ParseHostfileText("h1 slots=2 extra\n", "hostfile 'f'").status().message(),
+            "hostfile 'f' line 1: expected 'HOST slots=N', got 'h1 slots=2 extra'");
+  EXPECT_EQ(ParseHostfileText("# nothing\n\n", "hostfile 'f'").status().message(),
+            "hostfile 'f' lists no hosts; write one 'HOST slots=N' line per host");
+  EXPECT_NE(ReadHostfile("/nonexistent/hosts").status().message().find("cannot read hostfile"),
+            std::string::npos);
+}
+
+TEST(HostsTest, PlacementFollowsTheHosts) {
+  // Host by host; local and cross ranks as Horovod defines them.
+  std::vector<RankPlacement> p = PlaceRanks(*ParseHosts("a:2,b:2,c:2"), 6);
+  ASSERT_EQ(p.size(), 6u);
+  for (int r = 0; r < 6; ++r) {
+    EXPECT_EQ(p[r].rank, r);
+    EXPECT_EQ(p[r].host, std::string(1, static_cast<char>('a' + r / 2)));
+    EXPECT_EQ(p[r].local_rank, r % 2);
+    EXPECT_EQ(p[r].local_size, 2);
+    EXPECT_EQ(p[r].cross_rank, r / 2);
+    EXPECT_EQ(p[r].cross_size, 3);
+  }
+  // Uneven: a has 3, b has 1 (np 4 of 5 slots); local rank 1 and 2 exist only on a.
+  p = PlaceRanks(*ParseHosts("a:3,b:2"), 4);
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(p[3].host, "b");
+  EXPECT_EQ(p[3].local_rank, 0);
+  EXPECT_EQ(p[3].local_size, 1);
+  EXPECT_EQ(p[3].cross_rank, 1);
+  EXPECT_EQ(p[3].cross_size, 2);
+  EXPECT_EQ(p[1].cross_rank, 0);
+  EXPECT_EQ(p[1].cross_size, 1);
+  // Unused hosts are dropped; a host named twice is one host.
+  EXPECT_EQ(UsedHosts(*ParseHosts("a:2,b:2,c:2"), 3).size(), 2u);
+  std::vector<HostSlots> merged = UsedHosts(*ParseHosts("a:1,b:1,a:1"), 3);
+  ASSERT_EQ(merged.size(), 2u);
+  EXPECT_EQ(merged[0].slots, 2);
+  p = PlaceRanks(*ParseHosts("a:1,b:1,a:1"), 3);
+  EXPECT_EQ(p[1].host, "a");
+  EXPECT_EQ(p[1].local_rank, 1);
 }
 
 }  // namespace

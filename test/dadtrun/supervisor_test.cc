@@ -141,6 +141,23 @@ TEST(SignalNameTest, Names) {
   EXPECT_EQ(SignalName(SIGTERM), "SIGTERM");
 }
 
+TEST_F(SupervisorTest, RanksWithASignalHookAreSignalledThroughIt) {
+  // A remote rank: the supervisor must not signal the local process group, only call the hook.
+  RankProcess remote = Start(0, "trap '' TERM INT; while :; do sleep 0.05; done");
+  std::vector<int> hooked;
+  const pid_t pid = remote.pid;
+  remote.host = "h2";
+  remote.signal = [&hooked, pid](int sig) {
+    hooked.push_back(sig);
+    if (sig == SIGKILL) ::kill(-pid, SIGKILL);  // what dadtrun's hook does to the ssh process
+  };
+  RankProcess failer = Start(1, "sleep 0.1; exit 2");
+  Supervisor s({remote, failer}, Fast());
+  EXPECT_EQ(s.Run(), 2);
+  EXPECT_EQ(hooked, (std::vector<int>{SIGTERM, SIGKILL}));
+  EXPECT_TRUE(Gone(pid));
+}
+
 }  // namespace
 }  // namespace dadtrun
 }  // namespace dadt

@@ -122,6 +122,33 @@ TEST(WorkerEnvTest, FindFreePortGivesABindablePort) {
   EXPECT_LE(*port, 65535);
 }
 
+TEST(WorkerEnvTest, GeometryFollowsTheHosts) {
+  LaunchConfig c = Config(5);
+  c.hosts = {{"localhost", 2}, {"h2", 2}, {"h3", 2}};
+  c.forward_env = {{"A", std::string("x y")}, {"B", std::nullopt}};
+  const EnvMap user = {{"B", "from-user"}};
+  struct Want { const char* host; const char* lr; const char* ls; const char* cr; const char* cs; };
+  const Want want[] = {{"node1", "0", "2", "0", "3"}, {"node1", "1", "2", "0", "2"},
+                       {"h2", "0", "2", "1", "3"},    {"h2", "1", "2", "1", "2"},
+                       {"h3", "0", "1", "2", "3"}};
+  for (int rank = 0; rank < 5; ++rank) {
+    EnvMap env = WorkerEnvironment(c, Endpoints(), user, rank);
+    EXPECT_EQ(env["DADT_HOSTNAME"], want[rank].host) << rank;
+    EXPECT_EQ(env["DADT_LOCAL_RANK"], want[rank].lr) << rank;
+    EXPECT_EQ(env["LOCAL_RANK"], want[rank].lr) << rank;
+    EXPECT_EQ(env["DADT_LOCAL_SIZE"], want[rank].ls) << rank;
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], want[rank].ls) << rank;
+    EXPECT_EQ(env["DADT_CROSS_RANK"], want[rank].cr) << rank;
+    EXPECT_EQ(env["DADT_CROSS_SIZE"], want[rank].cs) << rank;
+    EXPECT_EQ(env["DADT_SIZE"], "5");
+    EXPECT_EQ(env["A"], "x y");
+    EXPECT_EQ(env["B"], "from-user");
+  }
+  // Alone on its host: no OMP_NUM_THREADS=1.
+  EXPECT_EQ(WorkerEnvironment(c, Endpoints(), user, 4).count("OMP_NUM_THREADS"), 0u);
+  EXPECT_EQ(WorkerEnvironment(c, Endpoints(), user, 3)["OMP_NUM_THREADS"], "1");
+}
+
 }  // namespace
 }  // namespace dadtrun
 }  // namespace dadt

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -78,6 +79,55 @@ StatusOr<int> ConnectTcp(const std::string& addr, int port) {
   }
   ::freeaddrinfo(*res);
   return Aborted(last_error);
+}
+
+StatusOr<std::string> InterfaceAddress(const std::string& iface) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return Aborted("getifaddrs: " + ErrnoText(errno));
+  std::string found;
+  bool exists = false;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (iface != a->ifa_name) continue;
+    exists = true;
+    if (a->ifa_addr != nullptr && a->ifa_addr->sa_family == AF_INET) {
+      char buf[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof(buf));
+      found = buf;
+      break;
+    }
+  }
+  freeifaddrs(list);
+  if (!exists) return InvalidArgument("network interface '" + iface + "' does not exist on this host");
+  if (found.empty()) return InvalidArgument("network interface '" + iface + "' has no IPv4 address");
+  return found;
+}
+
+StatusOr<std::string> RouteSourceAddress(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) {
+    return InvalidArgument("cannot resolve host '" + host + "' to an IPv4 address");
+  }
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    freeaddrinfo(res);
+    return Aborted("socket: " + ErrnoText(errno));
+  }
+  const int rc = ::connect(fd, res->ai_addr, res->ai_addrlen);  // UDP: only picks the route
+  freeaddrinfo(res);
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  if (rc != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return InvalidArgument("no route to host '" + host + "': " + ErrnoText(e));
+  }
+  ::close(fd);
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf));
+  return std::string(buf);
 }
 
 StatusOr<int> ListenTcp(const std::string& addr, int port, int* bound_port) {

@@ -28,6 +28,13 @@ StatusOr<int> ListenTcp(const std::string& addr, int port, int* bound_port);
 
 Status SetNonBlocking(int fd);
 
+// The first IPv4 address of network interface `iface` (e.g. "eth0"); InvalidArgument naming the
+// interface when it does not exist or has no IPv4 address.
+StatusOr<std::string> InterfaceAddress(const std::string& iface);
+
+// The local IPv4 address this host would use to reach `host` (resolved, routed; nothing is sent).
+StatusOr<std::string> RouteSourceAddress(const std::string& host);
+
 // Blocking-socket I/O bounded by `deadline` (poll before each step); EOF is Aborted.
 Status SendAll(int fd, const std::string& data, Clock::time_point deadline);
 Status RecvAll(int fd, char* data, size_t n, Clock::time_point deadline);
