@@ -323,6 +323,8 @@ def worker(args):
     sizes = list(QUICK_SIZES if quick else FULL_SIZES)
     if args.max_size is not None:
         sizes = [s for s in sizes if s <= args.max_size]
+    if args.min_size is not None:
+        sizes = [s for s in sizes if s >= args.min_size]
     reps = args.reps or (3 if quick else 10)
     idle_s = args.idle_seconds or (2.0 if quick else 5.0)
     say = (lambda *a: print(*a, flush=True)) if rank == 0 else (lambda *a: None)
