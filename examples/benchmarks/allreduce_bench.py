@@ -173,17 +173,21 @@ def launch(args, argv):
 # Worker mode (under dadtrun): raw Gloo first, then dadt
 # ----------------------------------------------------------------------------------------------
 
-def find_raw_gloo(explicit):
+def find_benchmark_binary(explicit, env_var, name):
+    """A baseline binary: `explicit` ('none' skips), $env_var, PATH, then the Bazel outputs."""
     if explicit == "none":
         return None
-    candidates = [explicit, os.environ.get("RAW_GLOO_ALLREDUCE"), shutil.which("raw_gloo_allreduce"),
-                  os.path.join(REPO, "bazel-bin", "examples", "benchmarks", "raw_gloo_allreduce")]
-    candidates += sorted(glob.glob(os.path.join(REPO, "bazel-out", "*", "bin", "examples", "benchmarks",
-                                                "raw_gloo_allreduce")))
+    candidates = [explicit, os.environ.get(env_var), shutil.which(name),
+                  os.path.join(REPO, "bazel-bin", "examples", "benchmarks", name)]
+    candidates += sorted(glob.glob(os.path.join(REPO, "bazel-out", "*", "bin", "examples", "benchmarks", name)))
     for c in candidates:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return c
     return None
+
+
+def find_raw_gloo(explicit):
+    return find_benchmark_binary(explicit, "RAW_GLOO_ALLREDUCE", "raw_gloo_allreduce")
 
 
 def job_scratch_dir():

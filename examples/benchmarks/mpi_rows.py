@@ -11,7 +11,6 @@ MPI_Allreduce (through mpi4py, on the same buffer and MPI_COMM_WORLD) interleave
 iteration each in alternating order: the "same processes" columns compare the two under identical
 load, which is the ratio to trust when the machine is busy.
 """
-import glob
 import json
 import os
 import re
@@ -25,13 +24,9 @@ ROOT_FLAGS = ["--allow-run-as-root"] if os.geteuid() == 0 else []
 
 
 def find_raw_mpi(explicit):
-    if explicit == "none":
-        return None
-    candidates = [explicit, os.environ.get("RAW_MPI_ALLREDUCE"), shutil.which("raw_mpi_allreduce"),
-                  os.path.join(REPO, "bazel-bin", "examples", "benchmarks", "raw_mpi_allreduce")]
-    candidates += sorted(glob.glob(os.path.join(REPO, "bazel-out", "*", "bin", "examples", "benchmarks",
-                                                "raw_mpi_allreduce")))
-    return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
+    from allreduce_bench import find_benchmark_binary  # same folder: one lookup for both baselines
+
+    return find_benchmark_binary(explicit, "RAW_MPI_ALLREDUCE", "raw_mpi_allreduce")
 
 
 def rank0_text(stdout):
