@@ -30,6 +30,7 @@ INTEGRATION_TIMEOUT ?= 1800
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
 .PHONY: help deps build install demo test test-cc test-python-unit test-python test-integration bench clean
+.PHONY: test-fuzz
 
 help:
 	@echo "make demo    install deps + dadt, then: dadtrun --gloo -np $(NP) $(PYTHON) examples/pytorch/train_digits.py"
@@ -57,7 +58,7 @@ demo: deps install
 # Every tier runs even when an earlier one fails; the summary says which failed.
 test: deps install
 	@log=$$(mktemp); failed=0; summary=""; \
-	for tier in test-cc test-python-unit test-python test-integration; do \
+	for tier in test-cc test-python-unit test-python test-integration test-fuzz; do \
 	    $(MAKE) --no-print-directory $$tier 2>&1 | tee $$log; rc=$${PIPESTATUS[0]}; \
 	    if [ $$rc -ne 0 ]; then verdict="FAILED (exit $$rc)"; failed=$$((failed + 1)); \
 	    elif grep -q '^SKIP tier' $$log; then verdict="skipped: $$(grep -m1 '^SKIP tier' $$log | sed 's/^SKIP tier [0-9]*: //')"; \
@@ -93,6 +94,13 @@ test-integration:
 	timeout -k 30 $(INTEGRATION_TIMEOUT) $(PYTEST) test/integration </dev/null; rc=$$?; \
 	if [ $$rc -eq 124 ] || [ $$rc -eq 137 ]; then echo "[tier 3] timed out after $(INTEGRATION_TIMEOUT)s"; fi; \
 	exit $$rc
+
+# libFuzzer on the rendezvous protocol parser (clang from tools/install_deps.sh); the seed corpus
+# is test/fuzz/corpus, also replayed by the C++ tier (//test/fuzz:corpus_replay_test).
+FUZZ_SECONDS ?= 60
+test-fuzz:
+	@echo "==================== [tier 1c] Fuzz: rendezvous protocol parser for $(FUZZ_SECONDS) s ===================="
+	@bash tools/run_fuzz.sh $(FUZZ_SECONDS)
 
 bench: deps install
 	@if [ ! -f examples/benchmarks/allreduce_bench.py ]; then \

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <tuple>
 
 #include "runtime/common/env.h"
 
@@ -21,6 +22,8 @@ struct RawFlags {
   std::string autotune_log, autotune_warmup, autotune_steps, autotune_samples, autotune_noise;
   bool gloo = false, verbose = false, help = false, version = false, mark_cycles = false;
   bool autotune = false;
+  std::string stall_warning_s, stall_shutdown_s;  // --stall-check-{warning,shutdown}-time-seconds
+  bool no_stall_check = false;
   bool mpi = false, check_build = false, hierarchical = false;
   std::string mpi_args;
 };
@@ -188,6 +191,21 @@ StatusOr<LaunchConfig> Convert(const RawFlags& raw, std::vector<std::string> com
     }
   }
   c.timeline_mark_cycles = raw.mark_cycles;
+  // Stall check: each flag maps to one DADT_STALL_* variable.
+  if (raw.no_stall_check && (!raw.stall_warning_s.empty() || !raw.stall_shutdown_s.empty())) {
+    return BadValue("--no-stall-check", "not combined with --stall-check-*-time-seconds", "both given");
+  }
+  if (raw.no_stall_check) c.stall_env.emplace_back(env::kStallCheckDisable, "1");
+  for (const auto& [flag, value, var, min_exclusive] :
+       {std::make_tuple("--stall-check-warning-time-seconds", &raw.stall_warning_s, env::kStallCheckTime, true),
+        std::make_tuple("--stall-check-shutdown-time-seconds", &raw.stall_shutdown_s, env::kStallShutdownTime, false)}) {
+    if (value->empty()) continue;
+    double s;
+    if (!ParseDouble(*value, &s) || s < 0 || (min_exclusive && s == 0)) {
+      return BadValue(flag, min_exclusive ? "a number of seconds > 0" : "a number of seconds >= 0 (0 = off)", *value);
+    }
+    c.stall_env.emplace_back(var, *value);
+  }
   if (raw.mpi && raw.gloo) return InvalidArgument("--mpi and --gloo exclude each other; pick one");
   if (!raw.mpi_args.empty() && raw.gloo) {
     return InvalidArgument("--mpi-args is for launches through mpirun; it does not apply to --gloo");
@@ -229,6 +247,11 @@ std::string UsageText() {
          "  --autotune-log-file FILE   CSV, one row per sample          -> DADT_AUTOTUNE_LOG\n"
          "  --autotune-warmup-samples N, --autotune-steps-per-sample N, --autotune-bayes-opt-max-samples N,\n"
          "  --autotune-gaussian-process-noise X   (defaults 3, 10, 20, 0.8) -> DADT_AUTOTUNE_*\n"
+         "  --stall-check-warning-time-seconds S   warn on every rank when some ranks submitted a tensor\n"
+         "                             and others did not for S seconds (default 60) -> DADT_STALL_CHECK_TIME_SECONDS\n"
+         "  --stall-check-shutdown-time-seconds S  end the job with an error after S seconds of such a\n"
+         "                             stall (default 0: never)          -> DADT_STALL_SHUTDOWN_TIME_SECONDS\n"
+         "  --no-stall-check           no stall warnings or shutdowns    -> DADT_STALL_CHECK_DISABLE\n"
          "  --verbose                  print what dadtrun does (stderr, prefixed 'dadtrun:')\n"
          "  --version                  print the version and exit\n"
          "  -h, --help                 print this help and exit\n"
@@ -260,6 +283,9 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
   app.add_option("--autotune-steps-per-sample", raw.autotune_steps);
   app.add_option("--autotune-bayes-opt-max-samples", raw.autotune_samples);
   app.add_option("--autotune-gaussian-process-noise", raw.autotune_noise);
+  app.add_flag("--no-stall-check", raw.no_stall_check);
+  app.add_option("--stall-check-warning-time-seconds", raw.stall_warning_s);
+  app.add_option("--stall-check-shutdown-time-seconds", raw.stall_shutdown_s);
   app.add_flag("--gloo", raw.gloo);
   app.add_flag("--mpi", raw.mpi);
   app.add_option("--mpi-args", raw.mpi_args);

@@ -42,6 +42,7 @@ struct LaunchConfig {
   std::optional<std::string> timeline_filename;   // --timeline-filename
   bool timeline_mark_cycles = false;              // --timeline-mark-cycles
   std::vector<std::pair<std::string, std::string>> autotune_env;  // --autotune*: DADT_AUTOTUNE*
+  std::vector<std::pair<std::string, std::string>> stall_env;  // --*stall-check*: DADT_STALL_*
 };
 
 struct CommandLine {

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "runtime/common/logging.h"
@@ -27,6 +28,12 @@ namespace {
 constexpr char kReadyPrefix[] = "ready/";
 // Bytes read from one connection per loop pass, so a flooding client cannot starve the others.
 constexpr size_t kMaxReadPerPass = 1 << 20;
+// How long accepting pauses when the process is out of file descriptors.
+constexpr std::chrono::milliseconds kAcceptPause(100);
+
+using Clock = std::chrono::steady_clock;
+
+std::string Millis(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
 std::string PeerName(const sockaddr_storage& ss) {
   char host[INET6_ADDRSTRLEN] = "?";
@@ -51,15 +58,18 @@ struct RendezvousServer::Connection {
   std::string in;
   std::string out;
   bool closing = false;  // close once `out` is flushed
+  bool authenticated = false;  // has sent one request with the job secret
+  Clock::time_point accepted_at;
+  Clock::time_point partial_since = Clock::time_point::max();  // `in` holds part of a frame
 };
 
-StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const std::string& bind_addr,
-                                                                    const std::string& secret) {
+StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
+    const std::string& bind_addr, const std::string& secret, const RendezvousServerOptions& options) {
   if (secret.empty()) return InvalidArgument("the rendezvous server needs a non-empty secret");
   int port = 0;
   StatusOr<int> fd = rendezvous::ListenTcp(bind_addr, 0, &port);
   if (!fd.ok()) return fd.status();
-  std::unique_ptr<RendezvousServer> server(new RendezvousServer(bind_addr, port, *fd, secret));
+  std::unique_ptr<RendezvousServer> server(new RendezvousServer(bind_addr, port, *fd, secret, options));
   if (::pipe2(server->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
     return InternalError("pipe2: " + rendezvous::ErrnoText(errno));
   }
@@ -67,8 +77,13 @@ StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(const std::s
   return server;
 }
 
-RendezvousServer::RendezvousServer(std::string address, int port, int listen_fd, std::string secret)
-    : address_(std::move(address)), port_(port), listen_fd_(listen_fd), secret_(std::move(secret)) {}
+RendezvousServer::RendezvousServer(std::string address, int port, int listen_fd, std::string secret,
+                                   const RendezvousServerOptions& options)
+    : address_(std::move(address)),
+      port_(port),
+      listen_fd_(listen_fd),
+      secret_(std::move(secret)),
+      options_(options) {}
 
 RendezvousServer::~RendezvousServer() {
   Stop();
@@ -108,23 +123,31 @@ void RendezvousServer::Loop() {
   std::vector<pollfd> fds;
   std::vector<Connection*> polled;
   while (!stop_.load()) {
+    int timeout_ms = ExpireConnections();
+    const auto now = Clock::now();
+    const bool accepting = now >= accept_paused_until_;
+    if (!accepting) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(accept_paused_until_ - now);
+      const int pause_ms = static_cast<int>(left.count()) + 1;
+      timeout_ms = timeout_ms < 0 ? pause_ms : std::min(timeout_ms, pause_ms);
+    }
     fds.clear();
     polled.clear();
     fds.push_back({wake_[0], POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
     for (auto& [fd, c] : connections_) {
-      short events = c->closing ? 0 : POLLIN;
+      // A client that does not read its answers gets no more requests read (bounded memory).
+      short events = c->closing || c->out.size() >= options_.max_pending_output ? 0 : POLLIN;
       if (!c->out.empty()) events |= POLLOUT;
       fds.push_back({fd, events, 0});
       polled.push_back(c.get());
     }
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
       if (errno == EINTR) continue;
       DADT_LOG(ERROR) << "rendezvous server: poll: " << rendezvous::ErrnoText(errno);
       break;
     }
     if (stop_.load()) break;
-    if (fds[1].revents & POLLIN) AcceptAll();
     std::vector<int> to_close;
     for (size_t i = 0; i < polled.size(); ++i) {
       Connection* c = polled[i];
@@ -132,7 +155,10 @@ void RendezvousServer::Loop() {
       if (rev == 0) continue;
       bool keep = true;
       if (!c->closing && (rev & (POLLIN | POLLHUP | POLLERR))) keep = ReadAndServe(c);
-      if (!c->out.empty()) keep = Flush(c) && keep;
+      if (!c->out.empty()) {
+        keep = Flush(c) && keep;
+        if (keep && !c->closing && !c->in.empty()) Serve(c);  // requests held back by a full `out`
+      }
       if (rev & (POLLERR | POLLNVAL)) keep = false;
       if (!keep || (c->closing && c->out.empty())) to_close.push_back(c->fd);
     }
@@ -140,9 +166,69 @@ void RendezvousServer::Loop() {
       ::close(fd);
       connections_.erase(fd);
     }
+    if (fds[1].revents & POLLIN) AcceptAll();  // after the closes: room for the newcomers
   }
   for (auto& [fd, c] : connections_) ::close(fd);
   connections_.clear();
+}
+
+int RendezvousServer::ExpireConnections() {
+  const auto now = Clock::now();
+  auto next = Clock::time_point::max();
+  std::vector<std::pair<int, std::string>> expired;
+  for (auto& [fd, c] : connections_) {
+    if (!c->authenticated) {
+      const auto deadline = c->accepted_at + options_.auth_timeout;
+      if (now >= deadline) {
+        expired.emplace_back(fd, "no request with the job secret within " + Millis(options_.auth_timeout) +
+                                     " of connecting");
+        continue;
+      }
+      next = std::min(next, deadline);
+    }
+    if (c->partial_since != Clock::time_point::max()) {
+      const auto deadline = c->partial_since + options_.read_timeout;
+      if (now >= deadline) {
+        expired.emplace_back(fd, "request still incomplete " + Millis(options_.read_timeout) +
+                                     " after its first byte");
+        continue;
+      }
+      next = std::min(next, deadline);
+    }
+  }
+  for (const auto& [fd, why] : expired) Drop(fd, why);
+  if (next == Clock::time_point::max()) return -1;
+  return static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count()) + 1;
+}
+
+void RendezvousServer::Drop(int fd, const std::string& why) {
+  auto it = connections_.find(fd);
+  if (it == connections_.end()) return;
+  DADT_LOG(WARNING) << "rendezvous server: closing connection from " << it->second->peer << ": " << why;
+  connections_dropped_.fetch_add(1);
+  ::close(fd);
+  connections_.erase(it);
+}
+
+bool RendezvousServer::MakeRoom(const std::string& peer) {
+  if (connections_.size() >= options_.max_connections) {
+    connections_dropped_.fetch_add(1);
+    DADT_LOG(WARNING) << "rendezvous server: refusing connection from " << peer << ": "
+                      << connections_.size() << " connections open (the limit)";
+    return false;
+  }
+  size_t waiting = 0;
+  const Connection* oldest = nullptr;
+  for (const auto& [fd, c] : connections_) {
+    if (c->authenticated) continue;
+    ++waiting;
+    if (oldest == nullptr || c->accepted_at < oldest->accepted_at) oldest = c.get();
+  }
+  if (oldest != nullptr && waiting >= options_.max_unauthenticated) {
+    Drop(oldest->fd, "too many connections waiting to authenticate (" + std::to_string(waiting) +
+                         "); closing the oldest for " + peer);
+  }
+  return true;
 }
 
 void RendezvousServer::AcceptAll() {
@@ -154,15 +240,25 @@ void RendezvousServer::AcceptAll() {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        DADT_LOG(WARNING) << "rendezvous server: accept: " << rendezvous::ErrnoText(errno);
+        DADT_LOG(WARNING) << "rendezvous server: accept: " << rendezvous::ErrnoText(errno)
+                          << "; pausing new connections for " << Millis(kAcceptPause);
+        // Out of descriptors (EMFILE): the listening socket stays readable, so retrying at once
+        // would spin. Pause; time-outs and closures free descriptors meanwhile.
+        accept_paused_until_ = Clock::now() + kAcceptPause;
       }
       return;
+    }
+    const std::string peer = PeerName(ss);
+    if (!MakeRoom(peer)) {
+      ::close(fd);
+      continue;
     }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto c = std::make_unique<Connection>();
     c->fd = fd;
-    c->peer = PeerName(ss);
+    c->peer = peer;
+    c->accepted_at = Clock::now();
     connections_[fd] = std::move(c);
     connections_accepted_.fetch_add(1);
   }
@@ -184,8 +280,14 @@ bool RendezvousServer::ReadAndServe(Connection* c) {
     eof = true;  // orderly close or error: answer what arrived, then close
     break;
   }
+  Serve(c);
+  return !eof || !c->out.empty();
+}
+
+void RendezvousServer::Serve(Connection* c) {
   std::string payload;
-  while (!c->closing) {
+  bool served = false;
+  while (!c->closing && c->out.size() < options_.max_pending_output) {
     StatusOr<bool> frame = rendezvous::ExtractFrame(&c->in, &payload);
     if (!frame.ok()) {
       Reject(c, ResponseStatus::kBadRequest, frame.status().message());
@@ -202,6 +304,8 @@ bool RendezvousServer::ReadAndServe(Connection* c) {
       Reject(c, ResponseStatus::kUnauthorized, "wrong or missing job secret");
       break;
     }
+    c->authenticated = true;
+    served = true;
     Response response = Apply(request);
     std::string encoded;
     if (!rendezvous::EncodeResponse(response, &encoded).ok() ||
@@ -209,7 +313,11 @@ bool RendezvousServer::ReadAndServe(Connection* c) {
       Reject(c, ResponseStatus::kBadRequest, "response too large");
     }
   }
-  return !eof || !c->out.empty();
+  if (c->in.empty() || c->closing) {
+    c->partial_since = Clock::time_point::max();
+  } else if (served || c->partial_since == Clock::time_point::max()) {
+    c->partial_since = Clock::now();  // the read time-out runs from the latest progress
+  }
 }
 
 bool RendezvousServer::Flush(Connection* c) {

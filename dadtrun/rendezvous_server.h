@@ -8,6 +8,17 @@
 // crash the server or stall the other clients. Each rank's runtime sets "ready/<rank>" once it is
 // connected; ReadyCount() reports how many have.
 //
+// Hardening, so that nothing another local user sends can wedge the job (docs/architecture.md):
+//  - a connection must send a request with the secret within auth_timeout of connecting, and
+//    finish any request within read_timeout of its first byte, or it is closed;
+//  - at most max_unauthenticated connections may be waiting to authenticate: a new one closes the
+//    oldest, so a flood of idle connections cannot lock the ranks out; beyond max_connections in
+//    all, new connections are closed at once;
+//  - while max_pending_output response bytes wait for a client that does not read, the server
+//    stops reading that client's requests (memory stays bounded);
+//  - when accept() runs out of descriptors, accepting pauses briefly instead of spinning.
+// Each refusal or closure is logged as one warning line naming the peer and the reason.
+//
 // Threading: Start() spawns the thread; the accessors and Stop() may be called from any thread.
 //
 //   auto server = RendezvousServer::Start("127.0.0.1", secret);
@@ -18,6 +29,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -31,11 +43,20 @@
 namespace dadt {
 namespace dadtrun {
 
+struct RendezvousServerOptions {
+  size_t max_connections = 4096;
+  size_t max_unauthenticated = 64;
+  std::chrono::milliseconds auth_timeout{std::chrono::seconds(20)};
+  std::chrono::milliseconds read_timeout{std::chrono::seconds(10)};
+  size_t max_pending_output = 4 << 20;
+};
+
 class RendezvousServer {
  public:
   // Listens on bind_addr, ephemeral port, and starts serving.
-  static StatusOr<std::unique_ptr<RendezvousServer>> Start(const std::string& bind_addr,
-                                                           const std::string& secret);
+  static StatusOr<std::unique_ptr<RendezvousServer>> Start(
+      const std::string& bind_addr, const std::string& secret,
+      const RendezvousServerOptions& options = RendezvousServerOptions());
   ~RendezvousServer();  // Stop()
   RendezvousServer(const RendezvousServer&) = delete;
   RendezvousServer& operator=(const RendezvousServer&) = delete;
@@ -50,6 +71,8 @@ class RendezvousServer {
   int64_t connections_accepted() const { return connections_accepted_.load(); }
   // Requests answered kUnauthorized or kBadRequest (each also closed its connection).
   int64_t requests_rejected() const { return requests_rejected_.load(); }
+  // Connections closed for a time-out or a cap (never answered).
+  int64_t connections_dropped() const { return connections_dropped_.load(); }
 
   // Closes every connection and joins the thread. Idempotent.
   void Stop();
@@ -57,11 +80,18 @@ class RendezvousServer {
  private:
   struct Connection;
 
-  RendezvousServer(std::string address, int port, int listen_fd, std::string secret);
+  RendezvousServer(std::string address, int port, int listen_fd, std::string secret,
+                   const RendezvousServerOptions& options);
   void Loop();
   void AcceptAll();
-  // Reads what is available and answers every whole frame; false when the connection must close.
+  // Makes room for one more connection (true) or says there is none (false).
+  bool MakeRoom(const std::string& peer);
+  // Closes connections past their deadlines; returns the poll() timeout until the next deadline.
+  int ExpireConnections();
+  void Drop(int fd, const std::string& why);
+  // Reads what is available and answers whole frames; false when the connection must close.
   bool ReadAndServe(Connection* c);
+  void Serve(Connection* c);
   bool Flush(Connection* c);
   void Reject(Connection* c, rendezvous::ResponseStatus status, const std::string& why);
   rendezvous::Response Apply(const rendezvous::Request& request);
@@ -70,11 +100,14 @@ class RendezvousServer {
   const int port_;
   const int listen_fd_;
   const std::string secret_;
+  const RendezvousServerOptions options_;
+  std::chrono::steady_clock::time_point accept_paused_until_{};
   int wake_[2] = {-1, -1};
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> connections_accepted_{0};
   std::atomic<int64_t> requests_rejected_{0};
+  std::atomic<int64_t> connections_dropped_{0};
 
   mutable std::mutex mu_;  // guards store_ (written by the loop thread, read by ReadyCount)
   std::map<std::string, std::string> store_;

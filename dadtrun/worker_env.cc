@@ -55,6 +55,7 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
     if (config.timeline_mark_cycles) env[env::kTimelineMarkCycles] = "1";
   }
   for (const auto& kv : config.autotune_env) env[kv.first] = kv.second;
+  for (const auto& kv : config.stall_env) env[kv.first] = kv.second;
 
   env[env::kTorchRank] = rank_s;
   env[env::kTorchWorldSize] = size;

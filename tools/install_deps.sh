@@ -14,6 +14,7 @@ APT_PACKAGES=(
     libgloo-dev libcli11-dev nlohmann-json3-dev pybind11-dev libgtest-dev libdlpack-dev libeigen3-dev
     libopenmpi-dev openmpi-bin
     openssh-client openssh-server iproute2 procps
+    clang libclang-rt-14-dev   # the fuzz target (tools/run_fuzz.sh): Debian 12's clang 14 and its libFuzzer
 )
 
 log() { echo "[install_deps] $*"; }

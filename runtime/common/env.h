@@ -49,6 +49,7 @@ inline constexpr const char kGlooTimeout[] = "DADT_GLOO_TIMEOUT_SECONDS";  // se
 inline constexpr const char kLogLevel[] = "DADT_LOG_LEVEL";  // trace|debug|info|warning|error
 inline constexpr const char kStallCheckTime[] = "DADT_STALL_CHECK_TIME_SECONDS";
 inline constexpr const char kStallShutdownTime[] = "DADT_STALL_SHUTDOWN_TIME_SECONDS";
+inline constexpr const char kStallCheckDisable[] = "DADT_STALL_CHECK_DISABLE";  // 1 = no stall check
 inline constexpr const char kAutotune[] = "DADT_AUTOTUNE";
 inline constexpr const char kAutotuneLog[] = "DADT_AUTOTUNE_LOG";
 inline constexpr const char kAutotuneWarmupSamples[] = "DADT_AUTOTUNE_WARMUP_SAMPLES";
@@ -65,6 +66,7 @@ inline constexpr int64_t kDefaultCacheCapacity = 1024;
 inline constexpr int64_t kDefaultEagerThresholdBytes = 32 * 1024;
 inline constexpr int64_t kDefaultStartTimeoutSeconds = 30;
 inline constexpr int64_t kDefaultGlooTimeoutSeconds = 300;
+inline constexpr double kDefaultStallCheckTimeSeconds = 60.0;
 
 // Returns the variable, or `fallback` when unset or empty.
 std::string GetString(const char* name, const std::string& fallback = "");

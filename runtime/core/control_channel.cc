@@ -12,6 +12,8 @@
 #include <cstring>
 #include <thread>
 
+#include "runtime/common/rendezvous/protocol.h"
+
 namespace dadt {
 namespace core {
 namespace {
@@ -78,16 +80,6 @@ StatusOr<std::string> ReadFrameBlocking(int fd, Clock::time_point deadline, std:
     if (r <= 0) return Aborted("control-channel peer closed during hello");
     inbox.append(buf, static_cast<size_t>(r));
   }
-}
-
-// Constant time in the secret's content (its length is not secret).
-bool SecretsEqual(const std::string& given, const std::string& secret) {
-  if (given.size() != secret.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < given.size(); ++i) {
-    diff |= static_cast<unsigned char>(given[i] ^ secret[i]);
-  }
-  return diff == 0;
 }
 
 }  // namespace
@@ -176,7 +168,7 @@ Status ControlChannel::Accept(int listen_fd, const std::string& secret,
       const size_t sp = hello->find(' ');
       peer_rank = std::atoi(hello->substr(0, sp).c_str());
       const std::string given = sp == std::string::npos ? "" : hello->substr(sp + 1);
-      if (!SecretsEqual(given, secret)) peer_rank = -1;
+      if (!rendezvous::SecretsEqual(given, secret)) peer_rank = -1;
     }
     if (peer_rank < 1 || peer_rank >= size_ || peers_[peer_rank - 1].fd >= 0) {
       close(fd);  // unauthenticated or duplicate: ignore it and keep waiting for the real ranks

@@ -94,6 +94,8 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
   if (p.by_rank.empty()) {
     p.by_rank.resize(size_);
     for (auto& r : p.by_rank) r.rank = -1;
+    p.first_seen = now;
+    if (stall_) stall_->OnPending(now);
   }
   if (p.by_rank[request.rank].rank >= 0) {
     DADT_LOG(ERROR) << "rank " << request.rank << " submitted '" << request.name << "' twice";
@@ -257,6 +259,10 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
     list.abort_rank = shutdown_rank_;
     return list;
   }
+  if (stall_ && now >= stall_->next_check()) {
+    CheckStalls(now, &list);
+    if (!list.abort.empty()) return list;
+  }
   if (cache_toggle_ >= 0 && cache_ && cache_->enabled() != (cache_toggle_ == 1)) {
     cache_->SetActive(cache_toggle_ == 1);  // before any assignment below
     list.cache_active = cache_toggle_;
@@ -332,8 +338,35 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
 }
 
 Coordinator::Clock::time_point Coordinator::NextDeadline() const {
-  if (ready_.empty()) return Clock::time_point::max();
-  return oldest_ready_ + cycle_time_;
+  const auto stall = stall_ ? stall_->next_check() : Clock::time_point::max();
+  if (ready_.empty()) return stall;
+  return std::min(stall, oldest_ready_ + cycle_time_);
+}
+
+void Coordinator::set_stall_options(const StallOptions& options) {
+  // One rank never waits for another.
+  stall_ = options.enabled && size_ > 1 ? std::make_unique<StallInspector>(options) : nullptr;
+  if (stall_ && !table_.empty()) stall_->OnPending(Clock::now());
+}
+
+void Coordinator::CheckStalls(Clock::time_point now, ResponseList* list) {
+  std::vector<PendingTensor> waiting;
+  for (const auto& [name, p] : table_) {
+    if (p.ready) continue;
+    PendingTensor t{name, "", p.first_seen, {}, {}};
+    for (int r = 0; r < size_; ++r) {
+      if (p.by_rank[r].rank >= 0) {
+        if (t.op.empty()) t.op = OpTypeName(p.by_rank[r].op);
+        t.submitted.push_back(r);
+      } else if (!joined_[r]) {
+        t.missing.push_back(r);
+      }
+    }
+    waiting.push_back(std::move(t));
+  }
+  StallReport report = stall_->Check(waiting, now);
+  list->stall_warning = std::move(report.warning);
+  if (!report.shutdown.empty()) list->abort = std::move(report.shutdown);
 }
 
 }  // namespace core

@@ -15,18 +15,23 @@
 //     when all ranks have joined, a Join response carries the last rank to join.
 //  5. Shutdown from any rank ends the job for every rank (pending work fails), as in Horovod, so a
 //     rank that exits never leaves the others waiting forever.
+//  6. Stalls (stall_inspector.h): a name some ranks submitted and others (not joined) have not,
+//     for DADT_STALL_CHECK_TIME_SECONDS, becomes a warning in the next ResponseList, which every
+//     rank logs; past DADT_STALL_SHUTDOWN_TIME_SECONDS it becomes an abort naming the same.
 // Not thread-safe: owned by rank 0's loop thread.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "runtime/core/message.h"
 #include "runtime/core/response_cache.h"
+#include "runtime/core/stall_inspector.h"
 #include "timeline/event.h"
 
 namespace dadt {
@@ -56,12 +61,16 @@ class Coordinator {
   void set_response_cache(bool on) { cache_toggle_ = on ? 1 : 0; }
   void set_cycle_time(std::chrono::microseconds t) { cycle_time_ = t; }
   size_t pending() const { return table_.size(); }
+  // Watches for tensors some ranks submitted and others did not (stall_inspector.h); its warnings
+  // and shutdowns go out in the ResponseLists that Compute returns. Off until this is called.
+  void set_stall_options(const StallOptions& options);
 
  private:
   struct Pending {
     std::vector<Request> by_rank;  // by_rank[r].rank == -1 until rank r submits
     int submitted = 0;
     bool ready = false;
+    Clock::time_point first_seen;  // when the first rank submitted it (stall inspector)
   };
 
   bool IsReady(const Pending& p) const;
@@ -69,6 +78,8 @@ class Coordinator {
   Response BuildResponse(const std::string& name, const Pending& p) const;
   std::string Validate(const std::string& name, const Pending& p) const;
   bool GroupComplete(int64_t group_id) const;
+  // Runs the stall inspector over the tensors not ready yet; fills list->stall_warning or abort.
+  void CheckStalls(Clock::time_point now, ResponseList* list);
 
   int size_;
   int64_t fusion_threshold_;
@@ -90,6 +101,7 @@ class Coordinator {
   std::vector<int64_t> resend_;
   int8_t cache_toggle_ = -1;
   int shutdown_rank_ = -1;
+  std::unique_ptr<StallInspector> stall_;  // null: no stall check
 };
 
 }  // namespace core

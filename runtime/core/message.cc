@@ -142,6 +142,7 @@ std::string SerializeResponseList(const ResponseList& list) {
     w.Put<uint8_t>(r.eager ? 1 : 0);
     if (r.eager) w.PutString(r.data);
   }
+  w.PutString(list.stall_warning);
   return w.Take();
 }
 
@@ -177,6 +178,7 @@ StatusOr<ResponseList> ParseResponseList(const std::string& bytes) {
     if (r.eager) r.data = rd.GetString();
     list.responses.push_back(std::move(r));
   }
+  list.stall_warning = rd.GetString();
   if (!rd.ok() || !rd.done()) return InternalError("truncated or malformed response list");
   return list;
 }

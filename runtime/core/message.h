@@ -99,6 +99,7 @@ struct ResponseList {
   std::string abort;  // non-empty: the job is broken; every rank fails its pending work with it
   int32_t abort_rank = -1;  // the rank whose exit or failure caused `abort`, when known
   int8_t cache_active = -1;  // 0/1: every rank turns its response cache off/on before the responses
+  std::string stall_warning;  // non-empty: every rank logs it (runtime/core/stall_inspector.h)
 };
 
 std::string SerializeRequestList(const RequestList& list);

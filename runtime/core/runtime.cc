@@ -130,6 +130,7 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   DADT_ASSIGN_ENV(op_s, env::GetInt(env::kGlooTimeout, env::kDefaultGlooTimeoutSeconds));
   o.start_timeout = std::chrono::seconds(start_s);
   o.op_timeout = std::chrono::seconds(op_s);
+  DADT_ASSIGN_ENV(o.stall, StallOptions::FromEnv());
   o.iface = env::GetString(env::kIface);
   o.secret = env::GetString(env::kSecret);
   // Under plain mpirun (no dadtrun: no DADT_RANK, no DADT_CONTROLLER) MPI is the controller.
@@ -265,6 +266,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requeste
                                              &rt->handles_, &rt->queue_, &rt->events_);
   if (rt->coordinator_) {
     rt->coordinator_->set_events(&rt->events_);
+    rt->coordinator_->set_stall_options(options.stall);
     auto tuner = AutotuneDriver::FromEnv(options.fusion_threshold_bytes, options.cycle_time_ms,
                                          options.cross_size, rt->coordinator_.get());
     if (!tuner.ok()) return tuner.status();
@@ -428,6 +430,9 @@ void Runtime::RecordCause(int cause_rank) {
 }
 
 bool Runtime::HandleResponses(const ResponseList& list) {
+  if (!list.stall_warning.empty()) {
+    DADT_LOG(WARNING) << list.stall_warning;
+  }
   if (!list.shutdown && !list.abort.empty()) {
     Abort(Aborted(list.abort), list.abort_rank);
     return true;
@@ -588,7 +593,7 @@ void Runtime::Loop() {
     if (s.ok() && coordinator_) {
       ResponseList list = coordinator_->Compute(Clock::now());
       if (!list.responses.empty() || list.shutdown || !list.resend.empty() ||
-          list.cache_active >= 0) {
+          list.cache_active >= 0 || !list.stall_warning.empty() || !list.abort.empty()) {
         DADT_LOG(TRACE) << "releasing " << list.responses.size() << " responses, "
                         << list.resend.size() / 3 << " resends, pending " << coordinator_->pending();
         if (options_.size > 1) s = channel_->Broadcast(SerializeResponseList(list));

@@ -31,6 +31,7 @@
 #include "runtime/core/executor.h"
 #include "runtime/core/handle_table.h"
 #include "runtime/core/response_cache.h"
+#include "runtime/core/stall_inspector.h"
 #include "runtime/core/tensor_queue.h"
 #include "timeline/chrome_trace_writer.h"
 #include "timeline/event.h"
@@ -56,6 +57,7 @@ struct RuntimeOptions : JobGeometry {
   std::string secret;
   std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds op_timeout{std::chrono::seconds(300)};
+  StallOptions stall;  // rank 0's stall inspector (DADT_STALL_*)
 
   // The launcher's environment (docs/running.md); junk values are InvalidArgument naming them.
   static StatusOr<RuntimeOptions> FromEnv();

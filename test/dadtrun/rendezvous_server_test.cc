@@ -23,8 +23,11 @@ constexpr char kSecret[] = "0123456789abcdef";
 
 class RendezvousServerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto server = RendezvousServer::Start("127.0.0.1", kSecret);
+  void SetUp() override { Restart(RendezvousServerOptions()); }
+
+  void Restart(const RendezvousServerOptions& options) {
+    server_.reset();
+    auto server = RendezvousServer::Start("127.0.0.1", kSecret, options);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
     ASSERT_GT(server_->port(), 0);
@@ -274,6 +277,145 @@ TEST_F(RendezvousServerTest, StopClosesClientConnections) {
   server_->Stop();
   server_->Stop();  // idempotent
   EXPECT_FALSE(c->Get("k", milliseconds(100)).ok());
+}
+
+// ---- Hardening: time-outs, caps and back-pressure (each case against a real server) ----------
+
+TEST_F(RendezvousServerTest, HalfARequestIsDroppedAfterTheReadTimeout) {
+  RendezvousServerOptions o;
+  o.read_timeout = milliseconds(200);
+  Restart(o);
+  auto rank = Client();  // a rank that authenticated and then stays quiet is never dropped
+  ASSERT_TRUE(rank->Set("k", "v").ok());
+  int slow = RawConnect();
+  std::string frame = EncodedFrame({rendezvous::Op::kSet, kSecret, "slow", "value"});
+  SendRaw(slow, frame.substr(0, frame.size() - 2));  // never finished
+  EXPECT_TRUE(ClosedByServer(slow));
+  ::close(slow);
+  EXPECT_EQ(server_->connections_dropped(), 1);
+  std::this_thread::sleep_for(milliseconds(300));
+  StatusOr<std::string> v = rank->Get("k", milliseconds(100));
+  ASSERT_TRUE(v.ok()) << "a quiet authenticated client was dropped: " << v.status().ToString();
+  EXPECT_FALSE(rank->Get("slow", milliseconds(0)).ok()) << "the unfinished request must not apply";
+}
+
+TEST_F(RendezvousServerTest, ConnectionThatNeverAuthenticatesIsDropped) {
+  RendezvousServerOptions o;
+  o.auth_timeout = milliseconds(200);
+  Restart(o);
+  int idle = RawConnect();
+  EXPECT_TRUE(ClosedByServer(idle));
+  ::close(idle);
+  EXPECT_EQ(server_->connections_dropped(), 1);
+  ExpectStillServing();
+}
+
+TEST_F(RendezvousServerTest, FloodOfIdleConnectionsCannotLockOutTheRanks) {
+  RendezvousServerOptions o;
+  o.max_unauthenticated = 4;
+  Restart(o);
+  std::vector<int> flood;
+  for (int i = 0; i < 40; ++i) flood.push_back(RawConnect());
+  ExpectStillServing();  // connects after the flood and is served
+  EXPECT_TRUE(ClosedByServer(flood[0])) << "the oldest idle connection makes room";
+  EXPECT_GE(server_->connections_dropped(), 36);
+  for (int fd : flood) ::close(fd);
+}
+
+TEST_F(RendezvousServerTest, ConnectionsBeyondTheCapAreRefused) {
+  RendezvousServerOptions o;
+  o.max_connections = 2;
+  Restart(o);
+  auto a = Client();
+  auto b = Client();
+  ASSERT_TRUE(a->Set("x", "1").ok());
+  ASSERT_TRUE(b->Set("y", "2").ok());
+  auto c = Client();
+  ASSERT_NE(c, nullptr);  // the TCP handshake completes in the kernel; then the server closes it
+  EXPECT_FALSE(c->Set("z", "3").ok());
+  EXPECT_GE(server_->connections_dropped(), 1);
+  EXPECT_TRUE(a->Get("y", milliseconds(100)).ok()) << "the connections inside the cap keep working";
+  b.reset();
+  Status room = Aborted("not tried");
+  for (int attempt = 0; attempt < 100 && !room.ok(); ++attempt) {  // once the server saw b close
+    std::this_thread::sleep_for(milliseconds(50));
+    room = Client()->Set("z", "3");
+  }
+  EXPECT_TRUE(room.ok()) << "no room after a connection closed: " << room.ToString();
+}
+
+TEST_F(RendezvousServerTest, ClientThatDoesNotReadItsAnswersIsThrottled) {
+  RendezvousServerOptions o;
+  o.max_pending_output = 64 << 10;
+  Restart(o);
+  auto setter = Client();
+  const std::string big(256 << 10, 'b');
+  ASSERT_TRUE(setter->Set("big", big).ok());
+  // 64 GETs of 256 KiB pipelined, none read yet: 16 MiB of answers if the server kept going.
+  int greedy = RawConnect();
+  std::string burst;
+  for (int i = 0; i < 64; ++i) burst += EncodedFrame({rendezvous::Op::kGet, kSecret, "big", ""});
+  SendRaw(greedy, burst);
+  ExpectStillServing();  // other clients are not held up meanwhile
+  // Reading now gets every answer, in order.
+  for (int i = 0; i < 64; ++i) {
+    rendezvous::Response r;
+    ASSERT_TRUE(ReadResponse(greedy, &r)) << "answer " << i;
+    ASSERT_EQ(r.value.size(), big.size());
+  }
+  ::close(greedy);
+}
+
+TEST_F(RendezvousServerTest, TruncatedAndMalformedRequestsAreRefusedEachWithBadRequest) {
+  const std::string good = EncodedFrame({rendezvous::Op::kSet, kSecret, "key", "value"});
+  const std::string payload = good.substr(4);
+  auto framed = [](const std::string& p) {
+    std::string f;
+    EXPECT_TRUE(rendezvous::AppendFrame(p, &f).ok());
+    return f;
+  };
+  std::string bad_version = payload, bad_op = payload;
+  bad_version[0] = 9;
+  bad_op[1] = 77;
+  for (const std::string& bytes :
+       {framed(payload.substr(0, payload.size() - 1)),  // value runs past the end
+        framed(payload + "x"),                          // trailing byte
+        framed(bad_version), framed(bad_op), framed("")}) {
+    int fd = RawConnect();
+    SendRaw(fd, bytes);
+    rendezvous::Response r;
+    ASSERT_TRUE(ReadResponse(fd, &r));
+    EXPECT_EQ(r.status, rendezvous::ResponseStatus::kBadRequest) << r.value;
+    EXPECT_TRUE(ClosedByServer(fd));
+    ::close(fd);
+  }
+  EXPECT_FALSE(Client()->Get("key", milliseconds(0)).ok()) << "nothing was stored";
+  ExpectStillServing();
+}
+
+TEST_F(RendezvousServerTest, EachRefusalIsOneLogLineNamingPeerAndReason) {
+  RendezvousServerOptions o;
+  o.auth_timeout = milliseconds(200);
+  Restart(o);
+  ::testing::internal::CaptureStderr();
+  int wrong = RawConnect();
+  SendRaw(wrong, EncodedFrame({rendezvous::Op::kGet, "guess", "k", ""}));
+  rendezvous::Response r;
+  ASSERT_TRUE(ReadResponse(wrong, &r));
+  EXPECT_EQ(r.status, rendezvous::ResponseStatus::kUnauthorized);
+  EXPECT_TRUE(ClosedByServer(wrong));
+  int idle = RawConnect();
+  EXPECT_TRUE(ClosedByServer(idle));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ::close(wrong);
+  ::close(idle);
+  int lines = 0;
+  for (char ch : log) lines += ch == '\n';
+  EXPECT_EQ(lines, 2) << log;
+  EXPECT_NE(log.find("from 127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("UNAUTHORIZED): wrong or missing job secret"), std::string::npos) << log;
+  EXPECT_NE(log.find("no request with the job secret within 200 ms"), std::string::npos) << log;
+  EXPECT_EQ(log.find("guess"), std::string::npos) << "a presented secret is never logged";
 }
 
 TEST(RendezvousServerStartTest, RefusesAnEmptySecret) {

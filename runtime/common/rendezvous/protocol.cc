@@ -204,15 +204,19 @@ StatusOr<bool> ExtractFrame(std::string* buffer, std::string* payload) {
   return true;
 }
 
-bool SecretsEqual(std::string_view a, std::string_view b) {
-  // Walk the longer input in full and accumulate differences without branching on content, so the
-  // time taken reveals neither the matching prefix nor the secret's bytes.
-  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const size_t n = a.size() > b.size() ? a.size() : b.size();
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char ca = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char cb = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff = diff | static_cast<unsigned char>(ca ^ cb);
+bool SecretsEqual(std::string_view presented, std::string_view expected) {
+  // Always walks `expected` in full, whatever `presented` holds, and folds every difference (the
+  // length too) into one accumulator with no early exit: the time taken depends only on the
+  // expected secret's length (fixed per job), never on how much of it an attacker has guessed.
+  // The only branch, i < presented.size(), depends on the attacker's own input.
+  volatile unsigned char diff = 0;
+  size_t length_diff = presented.size() ^ expected.size();
+  for (size_t i = 0; i < sizeof(length_diff); ++i) {
+    diff = diff | static_cast<unsigned char>(length_diff >> (8 * i));
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char p = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
+    diff = diff | static_cast<unsigned char>(p ^ static_cast<unsigned char>(expected[i]));
   }
   return diff == 0;
 }

@@ -72,8 +72,10 @@ StatusOr<bool> ExtractFrame(std::string* buffer, std::string* payload);
 // Reads the length header at the start of `header` (kFrameHeaderBytes bytes).
 uint32_t DecodeFrameLength(const char* header);
 
-// Compares two secrets in time that depends only on their lengths, not on where they differ.
-bool SecretsEqual(std::string_view a, std::string_view b);
+// Whether `presented` equals the job secret `expected`, in time that depends only on the length
+// of `expected` (constant for a job): no early exit at the first difference, so timing reveals
+// neither a matching prefix nor the secret's length to whoever sends `presented`.
+bool SecretsEqual(std::string_view presented, std::string_view expected);
 
 // The kAdd semantics shared by the server and InMemoryStore: `current` (nullptr = absent = 0) plus
 // `delta`, both decimal int64. InvalidArgument on junk or overflow; otherwise the sum in `*result`.

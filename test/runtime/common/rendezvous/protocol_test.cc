@@ -183,6 +183,12 @@ TEST(ProtocolTest, SecretsEqual) {
   EXPECT_FALSE(SecretsEqual("ab", "abc"));
   EXPECT_FALSE(SecretsEqual("", "a"));
   EXPECT_FALSE(SecretsEqual(std::string("a\0", 2), "a"));
+  EXPECT_FALSE(SecretsEqual("a", std::string("a\0", 2)));
+  // Lengths that differ by a multiple of 256 are still different (no truncated length compare).
+  EXPECT_FALSE(SecretsEqual(std::string(256, 'x'), ""));
+  EXPECT_FALSE(SecretsEqual(std::string(300, 'k'), std::string(44, 'k')));
+  const std::string secret(64, 's');
+  EXPECT_FALSE(SecretsEqual(secret + secret, secret)) << "a longer guess that starts with the secret";
 }
 
 TEST(ProtocolTest, ApplyAdd) {
