@@ -109,8 +109,8 @@ test-fuzz:
 bench: deps install
 	@if [ ! -f examples/benchmarks/allreduce_bench.py ]; then \
 	    echo "SKIP bench: examples/benchmarks/allreduce_bench.py does not exist yet"; exit 0; fi; \
-	echo "+ dadtrun --gloo -np $(NP) $(PYTHON) examples/benchmarks/allreduce_bench.py $(BENCH_ARGS)"; \
-	dadtrun --gloo -np $(NP) $(PYTHON) examples/benchmarks/allreduce_bench.py $(BENCH_ARGS)
+	echo "+ $(PYTHON) examples/benchmarks/allreduce_bench.py --np $(NP) $(BENCH_ARGS)  (Gloo rows, then MPI rows)"; \
+	$(PYTHON) examples/benchmarks/allreduce_bench.py --np $(NP) $(BENCH_ARGS)
 
 # Python build leftovers only; Bazel's cache is left alone.
 clean:

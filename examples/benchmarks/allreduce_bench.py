@@ -58,6 +58,8 @@ def parse_args(argv=None):
                    help="also measure dadt on MPI vs raw MPI_Allreduce when mpirun is on PATH (default auto)")
     p.add_argument("--raw-mpi", default=None,
                    help="raw_mpi_allreduce binary (default: $RAW_MPI_ALLREDUCE, PATH, bazel-bin); 'none' skips it")
+    p.add_argument("--min-size", type=int, default=None, help="smallest allreduce in bytes (default 4)")
+    p.add_argument("--skip-gloo", action="store_true", help="only the MPI rows (f)")
     p.add_argument("--dadt-sizes-only", default=None, help=argparse.SUPPRESS)  # mpi_rows.py's worker
     return p.parse_args(argv)
 
@@ -143,19 +145,23 @@ def launch(args, argv):
             continue
         forwarded.append(a)
     cmd = [dadtrun, "--gloo", "-np", str(args.np), sys.executable, os.path.abspath(__file__), *forwarded]
-    print(f"+ {' '.join(cmd)}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd, env=worker_environment(), stdout=subprocess.PIPE, text=True, bufsize=1)
-    prefix = re.compile(r"^\[0\]<stdout>:")
-    for line in proc.stdout:
-        sys.stdout.write(prefix.sub("", line))
-        sys.stdout.flush()
-    rc = proc.wait()
+    rc = 0
+    if not args.skip_gloo:
+        print(f"+ {' '.join(cmd)}", file=sys.stderr, flush=True)
+        proc = subprocess.Popen(cmd, env=worker_environment(), stdout=subprocess.PIPE, text=True, bufsize=1)
+        prefix = re.compile(r"^\[0\]<stdout>:")
+        for line in proc.stdout:
+            sys.stdout.write(prefix.sub("", line))
+            sys.stdout.flush()
+        rc = proc.wait()
     if args.mpi != "off":
         import mpi_rows
 
         sizes = list(QUICK_SIZES if args.quick else FULL_SIZES)
         if args.max_size is not None:
             sizes = [s for s in sizes if s <= args.max_size]
+        if args.min_size is not None:
+            sizes = [s for s in sizes if s >= args.min_size]
         helpers = {"iterations": iterations, "warmups": warmups, "bus_bandwidth_gbps": bus_bandwidth_gbps}
         rows, notes = mpi_rows.run(args, dadtrun, sizes, helpers, worker_environment(),
                                    lambda m: print(f"allreduce_bench: {m}", file=sys.stderr, flush=True))
@@ -167,17 +173,21 @@ def launch(args, argv):
 # Worker mode (under dadtrun): raw Gloo first, then dadt
 # ----------------------------------------------------------------------------------------------
 
-def find_raw_gloo(explicit):
+def find_benchmark_binary(explicit, env_var, name):
+    """A baseline binary: `explicit` ('none' skips), $env_var, PATH, then the Bazel outputs."""
     if explicit == "none":
         return None
-    candidates = [explicit, os.environ.get("RAW_GLOO_ALLREDUCE"), shutil.which("raw_gloo_allreduce"),
-                  os.path.join(REPO, "bazel-bin", "examples", "benchmarks", "raw_gloo_allreduce")]
-    candidates += sorted(glob.glob(os.path.join(REPO, "bazel-out", "*", "bin", "examples", "benchmarks",
-                                                "raw_gloo_allreduce")))
+    candidates = [explicit, os.environ.get(env_var), shutil.which(name),
+                  os.path.join(REPO, "bazel-bin", "examples", "benchmarks", name)]
+    candidates += sorted(glob.glob(os.path.join(REPO, "bazel-out", "*", "bin", "examples", "benchmarks", name)))
     for c in candidates:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return c
     return None
+
+
+def find_raw_gloo(explicit):
+    return find_benchmark_binary(explicit, "RAW_GLOO_ALLREDUCE", "raw_gloo_allreduce")
 
 
 def job_scratch_dir():
@@ -317,6 +327,8 @@ def worker(args):
     sizes = list(QUICK_SIZES if quick else FULL_SIZES)
     if args.max_size is not None:
         sizes = [s for s in sizes if s <= args.max_size]
+    if args.min_size is not None:
+        sizes = [s for s in sizes if s >= args.min_size]
     reps = args.reps or (3 if quick else 10)
     idle_s = args.idle_seconds or (2.0 if quick else 5.0)
     say = (lambda *a: print(*a, flush=True)) if rank == 0 else (lambda *a: None)
@@ -453,7 +465,7 @@ def main(argv=None):
         import mpi_rows
 
         sizes = [int(x) for x in args.dadt_sizes_only.split(",")]
-        return mpi_rows.dadt_sizes_worker(sizes, args.quick, bench_dadt_sizes)
+        return mpi_rows.dadt_sizes_worker(sizes, args.quick, iterations, warmups)
     if "DADT_RANK" in os.environ and "DADT_SIZE" in os.environ:
         return worker(args)
     return launch(args, argv)

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import PY, REPO, pids_matching, wait_no_process, worker_env
+from conftest import PY, REPO, wait_no_process, worker_env
 
 MPIRUN = shutil.which("mpirun")
 ROOT_FLAGS = ["--allow-run-as-root"] if os.geteuid() == 0 else []
