@@ -22,12 +22,9 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PYTHON="${PYTHON:-python3}"
-if [ -z "${DADTRUN:-}" ]; then
-    # The launcher that `pip install .` put next to this interpreter's scripts, else the one on PATH.
-    scripts="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_path("scripts"))' 2>/dev/null || true)"
-    if [ -n "$scripts" ] && [ -x "$scripts/dadtrun" ]; then DADTRUN="$scripts/dadtrun"; else DADTRUN=dadtrun; fi
-fi
-LIMIT="${DADT_TEST_TIMEOUT:-900}"
+TIER="tier 2"
+# shellcheck source=tools/launch_tier_lib.sh
+source "$ROOT/tools/launch_tier_lib.sh"
 TEST_DIR="test/python"
 RANKS=("$@")
 [ "${#RANKS[@]}" -gt 0 ] || RANKS=(1 2 3 4)
@@ -43,39 +40,8 @@ if [ -z "$(find "$TEST_DIR" -name 'test_*.py' -o -name '*_test.py' | head -n 1)"
     exit 0
 fi
 
-if ! command -v "$DADTRUN" >/dev/null 2>&1; then
-    echo "FAIL tier 2: launcher '$DADTRUN' not found on PATH (run: make install)" >&2
-    exit 1
-fi
-# The suite must exercise the installed package, not the source tree.
-if ! where="$("$PYTHON" -c 'import dadt, dadt._core, os; print(os.path.dirname(os.path.realpath(dadt.__file__)))')"; then
-    echo "FAIL tier 2: 'import dadt._core' fails for $PYTHON (run: make install)" >&2
-    exit 1
-fi
-case "$where" in
-    "$ROOT"/frameworks/*) echo "FAIL tier 2: dadt is imported from the source tree ($where), not the installed package" >&2
-               exit 1 ;;
-esac
-echo "launcher: $(command -v "$DADTRUN")   package: $where   timeout per launch: ${LIMIT}s"
-
-declare -a names=() results=()
-run_launch() {  # name, then the launcher's argv up to the program
-    local name="$1"; shift
-    local cmd=("$@" "$PYTHON" -m pytest -q -p no:cacheprovider "$TEST_DIR")
-    echo
-    echo "---------- [tier 2] ${name}: ${cmd[*]} ----------"
-    local start=$SECONDS rc
-    timeout -k 30 "$LIMIT" "${cmd[@]}" </dev/null
-    rc=$?
-    local verdict="ok"
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        verdict="FAILED (timed out after ${LIMIT}s)"
-    elif [ "$rc" -ne 0 ]; then
-        verdict="FAILED (exit $rc)"
-    fi
-    echo "---------- [tier 2] ${name}: ${verdict} in $((SECONDS - start))s ----------"
-    names+=("$name"); results+=("$verdict")
-}
+require_installed
+TEST_CMD=("$PYTHON" -m pytest -q -p no:cacheprovider "$TEST_DIR")
 
 for n in "${RANKS[@]}"; do
     run_launch "-np $n" "$DADTRUN" --gloo -np "$n"
@@ -105,12 +71,4 @@ if [ -n "${DADT_TEST_MPI_RANKS// /}" ]; then
     fi
 fi
 
-echo
-echo "[tier 2] summary:"
-failed=0
-for i in "${!names[@]}"; do
-    printf '  %-22s %s\n' "${names[$i]}" "${results[$i]}"
-    [ "${results[$i]}" = ok ] || failed=$((failed + 1))
-done
-echo "[tier 2] launches: $(( ${#names[@]} - failed )) passed, ${failed} failed"
-[ "$failed" -eq 0 ]
+summarize
