@@ -7,11 +7,17 @@
 #include "dadtrun/console.h"
 #include "dadtrun/hosts.h"
 #include "dadtrun/launcher.h"
+#include "dadtrun/line_relay.h"
 #include "dadtrun/mpi_spawner.h"
 
 int main(int argc, char** argv) {
   using dadt::dadtrun::CommandLine;
   const std::vector<std::string> args(argv + 1, argv + argc);
+  // How `dadtrun --mpi` has mpirun start each rank (dadtrun/line_relay.h); not a user flag.
+  if (!args.empty() && args[0] == dadt::dadtrun::kLineRelayFlag) {
+    const size_t skip = args.size() > 1 && args[1] == "--" ? 2 : 1;
+    return dadt::dadtrun::RunLineRelay({args.begin() + skip, args.end()});
+  }
   dadt::StatusOr<CommandLine> cl =
       dadt::dadtrun::ParseCommandLine(args, dadt::dadtrun::LocalHostname());
   if (!cl.ok()) {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "dadtrun/console.h"
+#include "dadtrun/line_relay.h"
 #include "runtime/common/env.h"
 
 namespace dadt {
@@ -143,7 +144,7 @@ StatusOr<std::vector<std::string>> SplitArgs(const std::string& text) {
 StatusOr<std::vector<std::string>> MpirunCommand(const LaunchConfig& config,
                                                  const EnvMap& worker_env,
                                                  const std::string& mpirun, bool is_root,
-                                                 int cores) {
+                                                 int cores, const std::string& relay) {
   std::vector<std::string> argv = {mpirun, "-np", std::to_string(config.num_proc)};
   std::string hosts;
   int local_slots = 0;
@@ -162,6 +163,20 @@ StatusOr<std::vector<std::string>> MpirunCommand(const LaunchConfig& config,
     argv.push_back("--oversubscribe");
   }
   for (const char* a : {"--bind-to", "none", "--map-by", "slot", "--tag-output"}) argv.push_back(a);
+  // --network-interface: MPI's out-of-band channel and its TCP transport use that NIC only, as
+  // dadtrun's rendezvous and Gloo do.
+  if (config.network_interface) {
+    for (const char* component : {"oob_tcp_if_include", "btl_tcp_if_include"}) {
+      argv.insert(argv.end(), {"--mca", component, *config.network_interface});
+    }
+  }
+  // -p/-i: mpirun starts its daemons over ssh; give its agent the same port and key.
+  std::string rsh_args;
+  if (config.ssh_port > 0) rsh_args += "-p " + std::to_string(config.ssh_port);
+  if (!config.ssh_identity_file.empty()) {
+    rsh_args += (rsh_args.empty() ? "" : " ") + std::string("-i ") + config.ssh_identity_file;
+  }
+  if (!rsh_args.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_args", rsh_args});
   for (const auto& kv : worker_env) {
     if (!Forwardable(kv.first)) continue;
     argv.push_back("-x");
@@ -172,6 +187,7 @@ StatusOr<std::vector<std::string>> MpirunCommand(const LaunchConfig& config,
     if (!extra.ok()) return extra.status();
     argv.insert(argv.end(), extra->begin(), extra->end());
   }
+  if (!relay.empty()) argv.insert(argv.end(), {relay, kLineRelayFlag, "--"});
   argv.insert(argv.end(), config.command.begin(), config.command.end());
   return argv;
 }
@@ -189,7 +205,10 @@ int LaunchWithMpirun(const LaunchConfig& config) {
   }
   const EnvMap env = MpiWorkerEnvironment(config, CurrentEnvironment());
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  auto argv = MpirunCommand(config, env, mpirun, ::geteuid() == 0, cores);
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  const std::string relay = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string();
+  auto argv = MpirunCommand(config, env, mpirun, ::geteuid() == 0, cores, relay);
   if (!argv.ok()) {
     console::Message(argv.status().message());
     return 2;

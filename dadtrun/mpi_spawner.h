@@ -46,11 +46,13 @@ StatusOr<std::vector<std::string>> SplitArgs(const std::string& text);
 // The full mpirun command line: -np, -H (from the host list), --allow-run-as-root when root,
 // --oversubscribe when the ranks on this machine exceed `cores`, --bind-to none (ranks that
 // share cores with dadt's loop threads must not be pinned to one), --tag-output, -x NAME for
-// every forwarded variable of `worker_env`, then --mpi-args, then the command.
+// every forwarded variable of `worker_env`, then --mpi-args, then the command. With `relay` (the
+// path of this dadtrun) each rank runs as `relay --line-relay -- command`, so that mpirun's tags
+// come one per line (dadtrun/line_relay.h).
 StatusOr<std::vector<std::string>> MpirunCommand(const LaunchConfig& config,
                                                  const EnvMap& worker_env,
                                                  const std::string& mpirun, bool is_root,
-                                                 int cores);
+                                                 int cores, const std::string& relay = "");
 
 // Runs the job under mpirun; returns dadtrun's exit code.
 int LaunchWithMpirun(const LaunchConfig& config);

@@ -64,6 +64,30 @@ TEST(MpiSpawnerTest, NoRootFlagOrOversubscribeWhenNotNeeded) {
   EXPECT_FALSE(Contains(*argv, {"--oversubscribe"}));
 }
 
+TEST(MpiSpawnerTest, NetworkInterfaceAndSshOptionsReachMpirun) {
+  LaunchConfig c = MpiConfig(4, {{"h1", 2}, {"h2", 2}}, {"true"});
+  auto argv = MpirunCommand(c, {}, "mpirun", false, 2);
+  ASSERT_TRUE(argv.ok());
+  EXPECT_FALSE(Contains(*argv, {"--mca", "oob_tcp_if_include"}));
+  EXPECT_FALSE(Contains(*argv, {"--mca", "plm_rsh_args"}));
+  c.network_interface = "eth1";
+  c.ssh_port = 2222;
+  c.ssh_identity_file = "/keys/id";
+  argv = MpirunCommand(c, {}, "mpirun", false, 2);
+  ASSERT_TRUE(argv.ok());
+  EXPECT_TRUE(Contains(*argv, {"--mca", "oob_tcp_if_include", "eth1"}));
+  EXPECT_TRUE(Contains(*argv, {"--mca", "btl_tcp_if_include", "eth1"}));
+  EXPECT_TRUE(Contains(*argv, {"--mca", "plm_rsh_args", "-p 2222 -i /keys/id"}));
+}
+
+TEST(MpiSpawnerTest, RanksRunThroughTheLineRelayWhenGiven) {
+  LaunchConfig c = MpiConfig(2, {{"localhost", 2}}, {"python", "train.py"});
+  auto argv = MpirunCommand(c, {}, "mpirun", false, 2, "/opt/bin/dadtrun");
+  ASSERT_TRUE(argv.ok());
+  EXPECT_TRUE(Contains(*argv, {"/opt/bin/dadtrun", "--line-relay", "--", "python", "train.py"}));
+  EXPECT_EQ(argv->back(), "train.py");
+}
+
 TEST(MpiSpawnerTest, SplitArgsQuotesAndErrors) {
   auto w = SplitArgs(R"(  a "b c" 'd e' f\ g "h\"i" )");
   ASSERT_TRUE(w.ok());
