@@ -120,7 +120,11 @@ start_sshd() {
     sshd_running "$h" && return 0
     mkdir -p /run/sshd
     write_sshd_config "$h"
-    ip netns exec "$h" /usr/sbin/sshd -f "$STATE/sshd_$h.conf" -E "$STATE/sshd_$h.log"
+    # Like a separate machine, each host gets its own host name and its own /dev/shm (MPI's shared
+    # memory transport names its segments by host; hosts sharing one /dev/shm would collide).
+    ip netns exec "$h" unshare --uts --mount --propagation private /bin/sh -c \
+        'hostname "$1" && mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec /usr/sbin/sshd -f "$2" -E "$3"' \
+        sh "$h" "$STATE/sshd_$h.conf" "$STATE/sshd_$h.log"
     local i
     for i in $(seq 50); do
         sshd_running "$h" && return 0

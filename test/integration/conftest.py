@@ -97,7 +97,8 @@ STDOUT_LINE = re.compile(r"^\[(\d+)\]<stdout>:(.*)$")
 
 def rank_lines(stdout, rank=None, stream="stdout"):
     """The payloads of the lines a rank printed, in order."""
-    pattern = re.compile(r"^\[(\d+)\]<%s>:(.*)$" % stream)
+    # dadtrun's "[rank]<stdout>:" or, under --mpi, mpirun's --tag-output "[jobid,rank]<stdout>:".
+    pattern = re.compile(r"^\[(?:\d+,)?(\d+)\]<%s>:(.*)$" % stream)
     out = []
     for line in stdout.splitlines():
         m = pattern.match(line)

@@ -14,11 +14,12 @@
 //   Reducescatter  MPI_Reduce_scatter.
 //   Barrier        MPI_Barrier.
 //
-// Data types: uint8, int8, int32, int64, float32 and float64 use MPI's own types and reduction
-// ops (the vendor's vectorised kernels: the raw-MPI speed of the benchmark). float16, bfloat16
-// and bool have no MPI type with the semantics dadt needs, so they travel as opaque 2- or 1-byte
-// types with user-defined reduction ops over dadt::ReduceBinary (bool: Sum/Max are logical or,
-// Min/Product logical and, as on every backend).
+// Data types: int32, int64, float32 and float64 use MPI's own types and reduction ops (the
+// vendor's vectorised kernels: the raw-MPI speed of the benchmark). float16, bfloat16 and bool
+// have no MPI type with the semantics dadt needs, so they travel as opaque 2- or 1-byte types with
+// user-defined reduction ops over dadt::ReduceBinary (bool: Sum/Max are logical or, Min/Product
+// logical and, as on every backend). uint8 and int8 take the same road, because Open MPI 4.1's
+// vectorised 8-bit sum is wrong in MPI_Reduce_scatter with uneven counts (mpi_datatypes.cc).
 //
 // Threading: like every Backend, called from one thread (the core's loop thread); MPI must be
 // initialised with at least MPI_THREAD_SERIALIZED (mpi_env.h does it).
@@ -73,8 +74,8 @@ class MpiBackend final : public Backend {
 
 namespace internal {
 
-// MPI's datatype and op for a dadt dtype and reduction (user-defined for float16, bfloat16 and
-// bool). Unimplemented for ops MPI does not reduce with (Average, Adasum).
+// MPI's datatype and op for a dadt dtype and reduction (user-defined for float16, bfloat16, bool,
+// uint8 and int8). Unimplemented for ops MPI does not reduce with (Average, Adasum).
 Status MpiTypeAndOp(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_Op* mpi_op);
 
 }  // namespace internal
