@@ -240,8 +240,14 @@ int LaunchWithMpirun(const LaunchConfig& config) {
     cargv.push_back(nullptr);
     for (auto& e : envs) cenv.push_back(&e[0]);
     cenv.push_back(nullptr);
-    ::execve(cargv[0], cargv.data(), cenv.data());
-    std::fprintf(stderr, "dadtrun: cannot run %s: %s\n", cargv[0], std::strerror(errno));
+    // Open MPI takes an absolute argv[0] as an implied --prefix and puts that prefix's bin/ first
+    // on the ranks' PATH, so `python3` would become /usr/bin/python3 instead of the user's. Run
+    // the resolved path under its bare name, as a user typing `mpirun` does.
+    const std::string path = (*argv)[0];
+    std::string bare = path.substr(path.rfind('/') + 1);
+    cargv[0] = &bare[0];
+    ::execve(path.c_str(), cargv.data(), cenv.data());
+    std::fprintf(stderr, "dadtrun: cannot run %s: %s\n", path.c_str(), std::strerror(errno));
     ::_exit(127);
   }
   int status = 0;

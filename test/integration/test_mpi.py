@@ -157,6 +157,23 @@ def test_mpi_args_are_passed_to_mpirun(tmp_path, dadtrun):
     assert lines_of(proc.stdout, 1) == ["x from_mpi_args"], proc.stdout
 
 
+def test_program_found_on_the_users_path_and_lines_arrive_whole(tmp_path, dadtrun):
+    """`dadtrun --mpi -np 2 python3 ...` runs the python3 first on the user's PATH (not the one beside
+    mpirun), and a print() of several pieces arrives as one tagged line."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python3").symlink_to(PY)
+    env = worker_env()
+    env["PATH"] = f"{bindir}:{env['PATH']}"
+    script = write(tmp_path, "where.py", "import sys\nprint('exe', sys.executable, 'end', 1, 2, 3)\n")
+    proc = subprocess.run([dadtrun, "--mpi", "-np", "2", "python3", script], env=env, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    for rank in (0, 1):
+        whole = [m.group(2) for m in map(TAGGED.match, proc.stdout.splitlines()) if m and int(m.group(1)) == rank]
+        assert whole == [f"exe {bindir / 'python3'} end 1 2 3"], proc.stdout
+
+
 def test_a_dead_rank_ends_the_mpi_job_loudly_without_orphans(tmp_path, dadtrun):
     marker = "dadt-mpi-it-dead-rank"
     script = write(tmp_path, "die.py", """
