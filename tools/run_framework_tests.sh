@@ -2,7 +2,7 @@
 # Tier 2b: the TensorFlow/Keras and JAX collective suites (test/python_frameworks/{tf,jax}) under the
 # real launcher, against the *installed* dadt. One launch per (suite, backend flags, rank count):
 #
-#   tools/run_framework_tests.sh              # tf and jax suites at -np 2 and 3, on every backend below
+#   tools/run_framework_tests.sh              # tf and jax suites at -np 2 and 3, on Gloo and on MPI
 #   tools/run_framework_tests.sh 2            # only -np 2
 #
 # Each launch is:  timeout ... dadtrun <backend flags> -np N python -m pytest -q -p no:cacheprovider <suite>
@@ -25,8 +25,9 @@ source "$ROOT/tools/launch_tier_lib.sh"
 RANKS=("$@")
 [ "${#RANKS[@]}" -gt 0 ] || RANKS=(2 3)
 read -r -a SUITES <<<"${DADT_FRAMEWORK_SUITES:-tf jax}"
-# Backends the suites run on: one entry of launcher flags each. The MPI backend adds "--mpi" here.
-BACKENDS=("--gloo")
+# Backends the suites run on: one entry of launcher flags each (DADT_FRAMEWORK_BACKENDS="--gloo" for
+# Gloo only). --mpi needs Open MPI's mpirun (make deps installs it).
+read -r -a BACKENDS <<<"${DADT_FRAMEWORK_BACKENDS:---gloo --mpi}"
 
 declare -A NEEDS=([tf]="tensorflow keras" [jax]="jax optax keras")
 
