@@ -107,6 +107,23 @@ def rank_lines(stdout, rank=None, stream="stdout"):
     return out
 
 
+def assert_digits_run(proc, epochs):
+    """A train_digits.py launch: exit 0, `epochs` well-formed epoch lines and a final test accuracy
+    >= 0.90 on rank 0 (its last line), nothing printed by rank 1. Returns that accuracy."""
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = rank_lines(proc.stdout, rank=0)
+    assert lines, proc.stdout[-2000:]
+    got = [ln for ln in lines if ln.startswith("epoch ")]
+    assert len(got) == epochs, f"expected {epochs} epoch lines, got {len(got)}: {proc.stdout[-2000:]}"
+    for ln in got:
+        assert re.fullmatch(r"epoch \d+ loss \d+\.\d{4} accuracy [01]\.\d{4}", ln), ln
+    m = re.fullmatch(r"final test accuracy: ([01]\.\d{4})", lines[-1])
+    assert m, f"last line of rank 0: {lines[-1]!r}"
+    assert float(m.group(1)) >= 0.90, lines[-1]
+    assert rank_lines(proc.stdout, rank=1) == [], "only rank 0 prints"
+    return float(m.group(1))
+
+
 class Job:
     """One dadtrun launch of a script written by the test."""
 

@@ -1,23 +1,12 @@
 """`make demo`: examples/pytorch/train_digits.py at 2 ranks reaches a test accuracy >= 0.90."""
 import os
-import re
 import subprocess
 
-from conftest import PY, REPO, rank_lines, worker_env
+from conftest import PY, REPO, assert_digits_run, worker_env
 
 
 def test_train_digits_two_ranks(dadtrun):
     script = os.path.join(REPO, "examples", "pytorch", "train_digits.py")
     proc = subprocess.run([dadtrun, "--gloo", "-np", "2", PY, script], env=worker_env(), capture_output=True,
                           text=True, timeout=600, stdin=subprocess.DEVNULL, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = rank_lines(proc.stdout, rank=0)
-    assert lines, proc.stdout
-    epochs = [ln for ln in lines if ln.startswith("epoch ")]
-    assert len(epochs) == 30, f"expected 30 epoch lines, got {len(epochs)}"
-    for ln in epochs:
-        assert re.fullmatch(r"epoch \d+ loss \d+\.\d{4} accuracy [01]\.\d{4}", ln), ln
-    m = re.fullmatch(r"final test accuracy: ([01]\.\d{4})", lines[-1])
-    assert m, f"last line of rank 0: {lines[-1]!r}"
-    assert float(m.group(1)) >= 0.90, lines[-1]
-    assert rank_lines(proc.stdout, rank=1) == [], "only rank 0 prints"
+    assert_digits_run(proc, epochs=30)

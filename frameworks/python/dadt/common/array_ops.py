@@ -13,9 +13,7 @@ while a collective of that name is in flight on this rank, and runtime failures 
 TensorMismatchError, ValueError or DadtInternalError with the runtime's message.
 """
 
-import collections
 import hashlib
-import itertools
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -23,6 +21,7 @@ import numpy as np
 from dadt.common import dlpack
 from dadt.common.basics import _core, call
 from dadt.common.exceptions import DadtInternalError, from_core_error
+from dadt.common.util import collective_name
 from dadt.common.util import (NOT_INITIALIZED, OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL,
                               OP_BARRIER, OP_BROADCAST, OP_JOIN, OP_REDUCESCATTER, Average, Max,
                               Min, Product, Sum)
@@ -42,16 +41,8 @@ class _Entry:
 
 _entries: Dict[int, _Entry] = {}
 _in_flight: Set[str] = set()
-_counters: Dict[str, Any] = collections.defaultdict(itertools.count)
-
-
-def make_name(op: str, name: Optional[str]) -> str:
-    """``name``, or the next generated ``'<op>.noname.<n>'`` (same on ranks that call alike)."""
-    if name is None:
-        return "%s.noname.%d" % (op, next(_counters[op]))
-    if not isinstance(name, str):
-        raise TypeError("name must be a str or None, got %s" % type(name).__name__)
-    return name
+# '<op>.noname.<n>' for name=None; one counter per op shared with every front end.
+make_name = collective_name
 
 
 def as_array(value: Any, name: str) -> np.ndarray:

@@ -1,7 +1,9 @@
 """Small helpers shared by dadt's front ends."""
 
+import collections
+import itertools
 import warnings
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 NOT_INITIALIZED = "dadt has not been initialized; use dadt.init()."
 
@@ -21,6 +23,19 @@ OP_ALLTOALL = 3
 OP_REDUCESCATTER = 4
 OP_BARRIER = 5
 OP_JOIN = 6
+
+# Per-op counters for unnamed collectives, shared by every front end in this process, so that two
+# front ends never generate the same name.
+_name_counters: Dict[str, Any] = collections.defaultdict(itertools.count)
+
+
+def collective_name(op: str, name: Optional[str]) -> str:
+    """``name``, or the next generated ``'<op>.noname.<n>'`` (the same on ranks that call alike)."""
+    if name is None:
+        return "%s.noname.%d" % (op, next(_name_counters[op]))
+    if not isinstance(name, str):
+        raise TypeError("name must be a str or None, got %s" % type(name).__name__)
+    return name
 
 
 def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:

@@ -11,15 +11,13 @@ name ``'<op>.noname.<n>'`` is generated from a per-op counter, so ranks that cal
 the same order (as Horovod requires) agree on it.
 """
 
-import collections
-import itertools
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 import torch
 
 from dadt.common.basics import _core, call
 from dadt.common.exceptions import DadtInternalError, from_core_error
-from dadt.common.util import NOT_INITIALIZED, Average
+from dadt.common.util import NOT_INITIALIZED, Average, collective_name
 
 _SUPPORTED_DTYPES = (torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
                      torch.bfloat16, torch.float32, torch.float64, torch.bool)
@@ -41,18 +39,10 @@ class _Pending(NamedTuple):
 
 # The torch layer's state: handle -> _Pending; the names of collectives not yet synchronized
 # (a name is refused until its handle is synchronized, however soon the runtime finished it);
-# the per-op counters that generate names.
+# unnamed collectives are named by dadt.common.util.collective_name.
 _handle_map: Dict[int, _Pending] = {}
 _names_in_flight: Set[str] = set()
-counters: Dict[str, Any] = collections.defaultdict(itertools.count)
-
-
-def auto_name(op: str, name: Optional[str]) -> str:
-    if name is None:
-        return "%s.noname.%d" % (op, next(counters[op]))
-    if not isinstance(name, str):
-        raise TypeError("name must be a str or None, got %s" % type(name).__name__)
-    return name
+auto_name = collective_name  # '<op>.noname.<n>' for name=None (dadt.common.util)
 
 
 def check_tensor(tensor: Any, name: str) -> None:
