@@ -18,6 +18,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -191,6 +192,56 @@ py::object TakeOutput(int64_t handle) {
   return py::reinterpret_steal<py::object>(capsule);
 }
 
+// A "dltensor" capsule over a C-contiguous object of the buffer protocol (a NumPy array, the
+// read-only views of TensorFlow and JAX buffers included), made in C++ because NumPy's own
+// __dlpack__ refuses read-only arrays and ml_dtypes' bfloat16. The caller gives the DLPack type
+// (the buffer protocol has no code for bfloat16). The tensor holds the buffer, and so `obj`,
+// until its deleter runs: the capsule's destructor, unless a consumer took the tensor.
+struct BufferTensor {
+  DLManagedTensor managed;
+  Py_buffer view;
+  std::vector<int64_t> shape;
+};
+
+void DeleteBufferTensor(DLManagedTensor* managed) {
+  auto* tensor = static_cast<BufferTensor*>(managed->manager_ctx);
+  PyGILState_STATE gil = PyGILState_Ensure();  // a consumer may free it on any thread
+  PyBuffer_Release(&tensor->view);
+  PyGILState_Release(gil);
+  delete tensor;
+}
+
+py::object BufferCapsule(py::handle obj, int code, int bits, bool writable) {
+  auto tensor = std::make_unique<BufferTensor>();
+  int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(obj.ptr(), &tensor->view, flags) != 0) throw py::error_already_set();
+  const Py_buffer& view = tensor->view;
+  if (bits <= 0 || view.itemsize * 8 != bits) {
+    PyBuffer_Release(&tensor->view);
+    throw py::value_error("buffer_capsule: items of " + std::to_string(view.itemsize) +
+                          " bytes do not hold " + std::to_string(bits) + "-bit elements");
+  }
+  tensor->shape.assign(view.shape, view.shape + view.ndim);
+  if (tensor->shape.empty()) tensor->shape.push_back(1);  // 0-d: a valid, unread pointer
+  DLTensor& t = tensor->managed.dl_tensor;
+  t.data = view.buf;
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = view.ndim;
+  t.dtype = DLDataType{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1};
+  t.shape = tensor->shape.data();
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  tensor->managed.manager_ctx = tensor.get();
+  tensor->managed.deleter = DeleteBufferTensor;
+  PyObject* capsule = PyCapsule_New(&tensor->managed, kCapsuleName, DeleteOutputCapsule);
+  if (capsule == nullptr) {
+    PyBuffer_Release(&tensor->view);
+    throw py::error_already_set();
+  }
+  tensor.release();  // owned by the capsule now
+  return py::reinterpret_steal<py::object>(capsule);
+}
+
 std::vector<int64_t> ReceivedSplits(int64_t handle) {
   int n = dadt_handle_received_splits(handle, nullptr, 0);
   if (n < 0) ThrowCoreError(DADT_ERR_INVALID_ARGUMENT, "unknown handle " + std::to_string(handle));
@@ -268,6 +319,10 @@ PYBIND11_MODULE(_core, m) {
         "Blocks (GIL released) until the handle completes; raises CoreError on failure.");
   m.def("take_output", &TakeOutput, py::arg("handle"),
         "The runtime-allocated output as a \"dltensor\" capsule (once), or None.");
+  m.def("buffer_capsule", &BufferCapsule, py::arg("obj"), py::arg("code"), py::arg("bits"),
+        py::arg("writable") = false,
+        "A \"dltensor\" capsule over a C-contiguous buffer (read-only ones too) of DLPack type "
+        "(code, bits); the capsule keeps obj alive.");
   m.def("int_result", &dadt_handle_int_result, py::arg("handle"),
         "Integer result of a completed handle (join: the last rank that joined).");
   m.def("received_splits", &ReceivedSplits, py::arg("handle"),
