@@ -122,7 +122,7 @@ def export(array: np.ndarray) -> Any:
     """A "dltensor" capsule that owns a reference to ``array`` (writable, C-contiguous), for a
     framework's from_dlpack (zero copy): NumPy's own export, with the dtype code fixed for
     bfloat16 (exported as uint16, which has the same bits)."""
-    if array.dtype.name != "bfloat16":
+    if dlpack_type(array.dtype) != (_BFLOAT, 16):
         return array.__dlpack__()
     capsule = array.view(np.uint16).__dlpack__()
     managed = ctypes.cast(_capsule_pointer(capsule, _CAPSULE_NAME), ctypes.POINTER(_ManagedTensor))

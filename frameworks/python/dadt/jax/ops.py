@@ -11,7 +11,7 @@ A pytree argument becomes one grouped collective: allreduce reduces every leaf i
 collective (members ``'<name>.<i>'``, leaves in ``jax.tree_util`` order), and so on.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -78,11 +78,12 @@ def _to_jax(array: np.ndarray) -> jax.Array:
         return jnp.asarray(array)
 
 
-def _run(fn, leaves: List[Any], out_specs: List[jax.ShapeDtypeStruct]) -> List[Any]:
+def _run(fn, leaves: List[Any], out_specs: Callable[[], List[jax.ShapeDtypeStruct]]) -> List[Any]:
     """Runs ``fn`` (NumPy arrays in, list of NumPy arrays out) on ``leaves``: directly for
-    concrete arrays, as an ordered io_callback under a trace."""
+    concrete arrays, as an ordered io_callback under a trace (with the result shapes that
+    ``out_specs()`` gives, built only then)."""
     if _traced(leaves):
-        return list(io_callback(lambda *arrays: list(fn(*arrays)), out_specs, *leaves,
+        return list(io_callback(lambda *arrays: list(fn(*arrays)), out_specs(), *leaves,
                                 ordered=True))
     return [_to_jax(out) for out in fn(*[np.asarray(x) for x in leaves])]
 
@@ -100,6 +101,8 @@ def _leaves(tree: Any):
 
 
 def _is_leaf(tree: Any) -> bool:
+    if isinstance(tree, (jax.Array, np.ndarray)):  # the common case, without a tree walk
+        return True
     return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(tree))
 
 
@@ -112,7 +115,7 @@ def grouped_allreduce(tensors, name: Optional[str] = None, op: int = Average,
     base = array_ops.make_name("grouped_allreduce", name)
     return _run(lambda *a: array_ops.grouped_allreduce(a, base, op, prescale_factor,
                                                        postscale_factor),
-                leaves, [_spec(x) for x in leaves])
+                leaves, lambda: [_spec(x) for x in leaves])
 
 
 def allreduce(tree, name: Optional[str] = None, op: int = Average, prescale_factor: float = 1.0,
@@ -124,7 +127,7 @@ def allreduce(tree, name: Optional[str] = None, op: int = Average, prescale_fact
         x = tree if hasattr(tree, "dtype") else jnp.asarray(tree)
         name = array_ops.make_name("allreduce", name)
         out, = _run(lambda a: [array_ops.allreduce(a, name, op, prescale_factor,
-                                                   postscale_factor)], [x], [_spec(x)])
+                                                   postscale_factor)], [x], lambda: [_spec(x)])
         return out
     leaves, treedef = _leaves(tree)
     if not leaves:
@@ -144,7 +147,7 @@ def allgather(tree, name: Optional[str] = None):
         handles = [array_ops.allgather_async(a, n) for a, n in zip(arrays, names)]
         return [array_ops.synchronize(h) for h in handles]
     specs = [_spec(x, (x.shape[0] * size()) if x.ndim else size()) for x in leaves]
-    return jax.tree_util.tree_unflatten(treedef, _run(fn, leaves, specs))
+    return jax.tree_util.tree_unflatten(treedef, _run(fn, leaves, lambda: specs))
 
 
 def broadcast(tree, root_rank: int, name: Optional[str] = None):
@@ -156,7 +159,8 @@ def broadcast(tree, root_rank: int, name: Optional[str] = None):
     def fn(*arrays):
         handles = [array_ops.broadcast_async(a, root_rank, n) for a, n in zip(arrays, names)]
         return [array_ops.synchronize(h) for h in handles]
-    return jax.tree_util.tree_unflatten(treedef, _run(fn, leaves, [_spec(x) for x in leaves]))
+    return jax.tree_util.tree_unflatten(treedef, _run(fn, leaves,
+                                                      lambda: [_spec(x) for x in leaves]))
 
 
 def alltoall(tensor, splits=None, name: Optional[str] = None):
@@ -184,7 +188,7 @@ def reducescatter(tensor, name: Optional[str] = None, op: int = Average,
     else:
         specs = []
     out, = _run(lambda a: [array_ops.reducescatter(a, name, op, prescale_factor,
-                                                   postscale_factor)], [x], specs)
+                                                   postscale_factor)], [x], lambda: specs)
     return out
 
 
