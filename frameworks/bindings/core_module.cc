@@ -74,8 +74,8 @@ const DLTensor* TensorFromCapsule(const py::handle& obj, const char* what) {
   return &managed->dl_tensor;
 }
 
-// Destructor of capsules made by take_output(): frees the tensor unless a consumer (from_dlpack)
-// renamed the capsule to "used_dltensor" and took ownership.
+// Destructor of capsules made by take_output() and buffer_capsule(): frees the tensor unless a
+// consumer (from_dlpack) renamed the capsule to "used_dltensor" and took ownership.
 void DeleteOutputCapsule(PyObject* capsule) {
   if (!PyCapsule_IsValid(capsule, kCapsuleName)) return;  // consumed: the consumer owns it
   PyObject *type, *value, *traceback;
