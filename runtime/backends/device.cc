@@ -1,0 +1,42 @@
+#include "runtime/backends/device.h"
+
+#include <string>
+
+namespace dadt {
+namespace backends {
+namespace {
+
+// Written once during static initialization, read afterwards.
+DeviceRegistry::Impl*& Registered() {
+  static DeviceRegistry::Impl* impl = nullptr;
+  return impl;
+}
+
+}  // namespace
+
+bool DeviceRegistry::Register(Impl impl) {
+  if (Registered()) return false;
+  Registered() = new Impl(std::move(impl));
+  return true;
+}
+
+bool DeviceRegistry::Built() { return Registered() != nullptr; }
+
+int DeviceRegistry::VisibleDevices(std::string* why) {
+  if (!Registered()) {
+    if (why) *why = "dadt was built without CUDA (see docs/backends.md, Building with CUDA/NCCL)";
+    return 0;
+  }
+  return Registered()->visible_devices(why);
+}
+
+StatusOr<std::unique_ptr<DeviceContext>> DeviceRegistry::Create(const DeviceOptions& options) {
+  if (!Registered()) {
+    return Unimplemented("GPU tensors need dadt built with CUDA and NCCL (tools/configure_cuda.py "
+                         "turns it on when nvcc and NCCL are found)");
+  }
+  return Registered()->create(options);
+}
+
+}  // namespace backends
+}  // namespace dadt

@@ -1,0 +1,234 @@
+#include "runtime/backends/nccl/cuda_device.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "runtime/backends/nccl/device_kernels.h"
+#include "runtime/backends/nccl/nccl_error.h"
+
+namespace dadt {
+namespace backends {
+namespace nccl {
+namespace {
+// At shutdown, work in flight gets this long to finish before it is abandoned.
+constexpr auto kShutdownGrace = std::chrono::seconds(10);
+}  // namespace
+
+namespace internal {
+
+int VisibleCudaDevices(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why) {
+      *why = std::string("no CUDA device visible (cudaGetDeviceCount: ") +
+             (e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)) + ")";
+    }
+    (void)cudaGetLastError();  // clear the sticky-less error so later queries start clean
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace internal
+
+StatusOr<std::unique_ptr<DeviceContext>> CudaDevice::Create(const DeviceOptions& options) {
+  std::string why;
+  const int n = internal::VisibleCudaDevices(&why);
+  if (n == 0) return PreconditionFailed("GPU tensors need a GPU: " + why);
+  if (options.device < 0 || options.device >= n) {
+    return InvalidArgument("CUDA device " + std::to_string(options.device) + " does not exist (" +
+                           std::to_string(n) + " visible)");
+  }
+  std::unique_ptr<CudaDevice> d(new CudaDevice(options));
+  DADT_CUDA_CHECK("set device", cudaSetDevice(options.device));
+  DADT_CUDA_CHECK("create stream", cudaStreamCreateWithFlags(&d->stream_, cudaStreamNonBlocking));
+  d->completion_ = std::thread([p = d.get()] { p->CompletionLoop(); });
+  return std::unique_ptr<DeviceContext>(std::move(d));
+}
+
+CudaDevice::~CudaDevice() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    stop_time_ = std::chrono::steady_clock::now();
+  }
+  cv_.notify_all();
+  if (completion_.joinable()) completion_.join();
+  (void)cudaSetDevice(options_.device);
+  for (cudaEvent_t e : free_events_) (void)cudaEventDestroy(e);
+  for (cudaEvent_t e : returned_events_) (void)cudaEventDestroy(e);
+  if (stream_) (void)cudaStreamDestroy(stream_);
+}
+
+StatusOr<cudaEvent_t> CudaDevice::TakeEvent() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_events_.insert(free_events_.end(), returned_events_.begin(), returned_events_.end());
+    returned_events_.clear();
+  }
+  if (!free_events_.empty()) {
+    cudaEvent_t e = free_events_.back();
+    free_events_.pop_back();
+    return e;
+  }
+  cudaEvent_t e;
+  DADT_CUDA_CHECK("create event", cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+Status CudaDevice::WaitForStream(uintptr_t framework_stream) {
+  DADT_CUDA_CHECK("set device", cudaSetDevice(options_.device));
+  auto event = TakeEvent();
+  if (!event.ok()) return event.status();
+  auto s = reinterpret_cast<cudaStream_t>(framework_stream);
+  Status st = DADT_CUDA_STATUS("record framework stream", cudaEventRecord(*event, s));
+  if (st.ok()) st = DADT_CUDA_STATUS("wait for framework stream", cudaStreamWaitEvent(stream_, *event, 0));
+  // The event may be reused right away: the wait above captured its state at this point.
+  free_events_.push_back(*event);
+  return st;
+}
+
+Status CudaDevice::Copy(const std::vector<CopySpan>& spans) {
+  dadt_cuda::CopyBatch batch;
+  batch.count = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].bytes <= 0) continue;
+    batch.src[batch.count] = spans[i].src;
+    batch.dst[batch.count] = spans[i].dst;
+    batch.bytes[batch.count] = spans[i].bytes;
+    if (++batch.count == dadt_cuda::kMaxCopiesPerLaunch) {
+      DADT_CUDA_CHECK("fusion buffer copy", dadt_cuda::LaunchCopyBatch(batch, stream_));
+      batch.count = 0;
+    }
+  }
+  DADT_CUDA_CHECK("fusion buffer copy", dadt_cuda::LaunchCopyBatch(batch, stream_));
+  return Status::OK();
+}
+
+Status CudaDevice::Scale(void* buf, int64_t count, DataType dtype, double factor) {
+  if (factor == 1.0 || count == 0) return Status::OK();
+  if (dtype == DataType::kBool) {
+    return InvalidArgument("bool tensors cannot be scaled (prescale/postscale/Average)");
+  }
+  DADT_CUDA_CHECK("scale", dadt_cuda::LaunchScale(buf, count, static_cast<int>(dtype), factor, stream_));
+  return Status::OK();
+}
+
+Status CudaDevice::Cast(const void* in, DataType in_type, void* out, DataType out_type,
+                        int64_t count) {
+  if (in_type == DataType::kFloat32 && out_type == DataType::kFloat16) {
+    DADT_CUDA_CHECK("fp16 compression",
+                    dadt_cuda::LaunchFloatToHalf(static_cast<const float*>(in), out, count, stream_));
+    return Status::OK();
+  }
+  if (in_type == DataType::kFloat16 && out_type == DataType::kFloat32) {
+    DADT_CUDA_CHECK("fp16 decompression",
+                    dadt_cuda::LaunchHalfToFloat(in, static_cast<float*>(out), count, stream_));
+    return Status::OK();
+  }
+  return Unimplemented(std::string("device cast from ") + DataTypeName(in_type) + " to " +
+                       DataTypeName(out_type));
+}
+
+StatusOr<std::shared_ptr<void>> CudaDevice::Allocate(int64_t bytes) {
+  if (bytes <= 0) return std::shared_ptr<void>();
+  DADT_CUDA_CHECK("set device", cudaSetDevice(options_.device));
+  void* p = nullptr;
+  // Stream-ordered: the memory is usable by work on stream_ at once, and freeing it on stream_
+  // later waits for that work without a host synchronisation.
+  DADT_CUDA_CHECK("allocate device memory",
+                  cudaMallocAsync(&p, static_cast<size_t>(bytes), stream_));
+  cudaStream_t s = stream_;
+  return std::shared_ptr<void>(p, [s](void* q) { (void)cudaFreeAsync(q, s); });
+}
+
+void CudaDevice::OnComplete(std::function<void(Status)> done) {
+  Status st = DADT_CUDA_STATUS("set device", cudaSetDevice(options_.device));
+  cudaEvent_t event = nullptr;
+  if (st.ok()) {
+    auto e = TakeEvent();
+    st = e.status();
+    if (st.ok()) {
+      event = *e;
+      st = DADT_CUDA_STATUS("record completion", cudaEventRecord(event, stream_));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!st.ok() && failed_.ok()) failed_ = st;
+    pending_.push_back(Pending{event, std::move(done), std::chrono::steady_clock::now()});
+  }
+  cv_.notify_all();
+}
+
+void CudaDevice::CompletionLoop() {
+  (void)cudaSetDevice(options_.device);
+  std::unique_lock<std::mutex> lock(mu_);
+  auto since = std::chrono::steady_clock::now();
+  auto backoff = std::chrono::microseconds(50);
+  while (true) {
+    cv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+    if (pending_.empty()) return;  // stopping with nothing left
+    Pending& p = pending_.front();
+    Status result = failed_;
+    bool finished = !result.ok();
+    if (!finished) {
+      lock.unlock();
+      const cudaError_t q = cudaEventQuery(p.event);
+      Status health = options_.health ? options_.health() : Status::OK();
+      lock.lock();
+      if (q == cudaSuccess) {
+        finished = true;
+      } else if (q != cudaErrorNotReady) {
+        result = DADT_CUDA_STATUS("device work", q);
+      } else if (!health.ok()) {
+        result = health;
+      } else if (std::chrono::steady_clock::now() - std::max(since, p.queued) > options_.timeout) {
+        result = TimeoutError("GPU collective did not finish within " +
+                              std::to_string(options_.timeout.count()) +
+                              " ms (a peer is probably stuck or gone); the communicator is aborted");
+      } else if (stopping_ && std::chrono::steady_clock::now() - stop_time_ > kShutdownGrace) {
+        result = Aborted("dadt was shut down while GPU work was still in flight");
+      }
+      if (!result.ok()) {
+        finished = true;
+        if (failed_.ok()) {
+          failed_ = result;
+          if (options_.on_failure) {
+            lock.unlock();
+            options_.on_failure();
+            lock.lock();
+          }
+        }
+      }
+    }
+    if (!finished) {
+      lock.unlock();
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::microseconds(1000));
+      lock.lock();
+      continue;
+    }
+    Pending done = std::move(pending_.front());
+    pending_.pop_front();
+    if (done.event) returned_events_.push_back(done.event);
+    lock.unlock();
+    done.done(result);
+    lock.lock();
+    since = std::chrono::steady_clock::now();
+    backoff = std::chrono::microseconds(50);
+  }
+}
+
+namespace {
+
+const bool kRegistered = DeviceRegistry::Register(DeviceRegistry::Impl{
+    "CUDA", [](std::string* why) { return internal::VisibleCudaDevices(why); },
+    [](const DeviceOptions& o) { return CudaDevice::Create(o); }});
+
+}  // namespace
+}  // namespace nccl
+}  // namespace backends
+}  // namespace dadt
