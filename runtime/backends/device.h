@@ -55,11 +55,16 @@ class DeviceContext {
   virtual Status Cast(const void* in, DataType in_type, void* out, DataType out_type,
                       int64_t count) = 0;
   // Device memory of at least `bytes` bytes (null for 0), freed when the last owner lets go.
-  virtual StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes) = 0;
+  // kScratch memory is used by stream() only: allocation and free are stream-ordered (no host
+  // synchronisation). kOutput memory goes to the framework, whose streams may still read it when
+  // it is dropped, so its free waits for the device.
+  enum class Use { kScratch, kOutput };
+  virtual StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes, Use use) = 0;
   // Calls `done` on the completion thread once the device has finished everything enqueued on
-  // stream() so far, with OK, or with the error of `health` (polled while waiting; an engine's
-  // asynchronous error), or TimeoutError after `timeout`; `on_failure` runs first in that case
-  // (e.g. abort the communicator so that no rank waits forever).
+  // stream() so far: with OK, or with the error of DeviceOptions::health (polled while waiting;
+  // an engine's asynchronous error), or TimeoutError after DeviceOptions::timeout. On a failure
+  // DeviceOptions::on_failure runs first (e.g. abort the communicator so no rank waits forever)
+  // and every later callback gets the same error.
   virtual void OnComplete(std::function<void(Status)> done) = 0;
 };
 

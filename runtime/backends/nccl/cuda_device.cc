@@ -132,14 +132,24 @@ Status CudaDevice::Cast(const void* in, DataType in_type, void* out, DataType ou
                        DataTypeName(out_type));
 }
 
-StatusOr<std::shared_ptr<void>> CudaDevice::Allocate(int64_t bytes) {
+StatusOr<std::shared_ptr<void>> CudaDevice::Allocate(int64_t bytes, Use use) {
   if (bytes <= 0) return std::shared_ptr<void>();
   DADT_CUDA_CHECK("set device", cudaSetDevice(options_.device));
   void* p = nullptr;
-  // Stream-ordered: the memory is usable by work on stream_ at once, and freeing it on stream_
-  // later waits for that work without a host synchronisation.
-  DADT_CUDA_CHECK("allocate device memory",
-                  cudaMallocAsync(&p, static_cast<size_t>(bytes), stream_));
+  if (use == Use::kOutput) {
+    // cudaFree waits for the device, so the framework's streams are done with the memory.
+    DADT_CUDA_CHECK("allocate output", cudaMalloc(&p, static_cast<size_t>(bytes)));
+    const int device = options_.device;
+    return std::shared_ptr<void>(p, [device](void* q) {
+      int current = 0;
+      (void)cudaGetDevice(&current);
+      (void)cudaSetDevice(device);
+      (void)cudaFree(q);
+      (void)cudaSetDevice(current);
+    });
+  }
+  // Stream-ordered: usable by work on stream_ at once; the free waits for that work on the device.
+  DADT_CUDA_CHECK("allocate scratch", cudaMallocAsync(&p, static_cast<size_t>(bytes), stream_));
   cudaStream_t s = stream_;
   return std::shared_ptr<void>(p, [s](void* q) { (void)cudaFreeAsync(q, s); });
 }

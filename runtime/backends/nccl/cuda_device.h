@@ -40,7 +40,7 @@ class CudaDevice final : public DeviceContext {
   Status Scale(void* buf, int64_t count, DataType dtype, double factor) override;
   Status Cast(const void* in, DataType in_type, void* out, DataType out_type,
               int64_t count) override;
-  StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes) override;
+  StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes, Use use) override;
   void OnComplete(std::function<void(Status)> done) override;
 
  private:
