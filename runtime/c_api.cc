@@ -144,7 +144,11 @@ int dadt_init(const dadt_init_options* options) {
     if (options->fusion_threshold_bytes >= 0) opts->fusion_threshold_bytes = options->fusion_threshold_bytes;
     if (options->cycle_time_ms >= 0) opts->cycle_time_ms = options->cycle_time_ms;
     if (options->cache_capacity >= 0) opts->cache_capacity = options->cache_capacity;
-    if (options->backend && *options->backend) opts->backend = options->backend;
+    if (options->backend && *options->backend) {
+      opts->backend = options->backend;
+      // An explicit host executor stages GPU tensors through it; "nccl" sets the GPU engine.
+      if (opts->backend != "nccl") opts->device_backend.clear();
+    }
     const bool has_comm = options->struct_size >= offsetof(dadt_init_options, mpi_comm) +
                                                        sizeof(options->mpi_comm);
     if (has_comm && options->mpi_comm != 0) {

@@ -55,6 +55,10 @@ def _pick_backend(broad_cast_executor: Optional[str], all_reduce_executor: Optio
         if executor not in built:
             raise ValueError("%s=%r is not available: %s; this build of dadt has: %s"
                              % (arg, value, _EXECUTOR_HINTS[executor], ", ".join(built) or "none"))
+        if executor == "nccl":
+            available, why = _core.cuda_available()
+            if not available:
+                raise ValueError("%s=%r is not available: %s" % (arg, value, why))
         if chosen is not None and executor != chosen:
             raise ValueError("dadt runs every collective on one executor; got "
                              "broad_cast_executor=%r and all_reduce_executor=%r"
@@ -305,8 +309,14 @@ def nccl_built() -> bool:
 
 
 def cuda_built() -> bool:
-    """Returns True if dadt was built with CUDA support (not in this build)."""
-    return False
+    """Returns True if dadt was built with CUDA support (the NCCL build; docs/backends.md)."""
+    return "nccl" in built_backends()
+
+
+def nccl_enabled() -> bool:
+    """Returns True if NCCL moves the running job's GPU tensors (False: they are staged through
+    host memory and the job's Gloo or MPI executor, or the job is not running)."""
+    return _core.device_backend() == "nccl"
 
 
 def rocm_built() -> bool:
