@@ -188,7 +188,8 @@ StatusOr<std::unique_ptr<backends::ControlTransport>> Runtime::CreateTransport(
 StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requested,
                                                   std::unique_ptr<KeyValueStore> store) {
   RuntimeOptions options = requested;
-  if (options.backend == "nccl") {
+  const bool nccl_requested = options.backend == "nccl";
+  if (nccl_requested) {
     // NCCL carries the GPU tensors; host tensors and negotiation stay on the controller.
     std::string why;
     if (backends::DeviceRegistry::VisibleDevices(&why) == 0) {
@@ -218,6 +219,19 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requeste
                                   "`dadtrun --" + options.backend + "`, or use the mpi executor");
       }
       store = std::make_unique<rendezvous::InMemoryStore>();
+    }
+  }
+  if (options.device_backend == "nccl" && !nccl_requested) {
+    // NCCL needs one GPU per rank; with fewer GPUs than ranks on this host (or none) GPU tensors
+    // are staged through host memory and the job's executor instead (docs/backends.md).
+    std::string why;
+    const int gpus = backends::DeviceRegistry::VisibleDevices(&why);
+    if (gpus < options.local_size) {
+      if (gpus > 0) {
+        DADT_LOG(INFO) << gpus << " GPU(s) for " << options.local_size
+                       << " ranks on this host: GPU tensors are staged through host memory";
+      }
+      options.device_backend.clear();
     }
   }
   std::unique_ptr<Runtime> rt(new Runtime(options));
