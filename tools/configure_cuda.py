@@ -32,13 +32,16 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FRAGMENT = os.path.join(ROOT, ".bazelrc.cuda")
+# Where a toolkit is looked for when neither CUDA_HOME nor PATH names one.
+DEFAULT_CUDA_ROOTS = ["/usr/local/cuda"]
 
 
 def find_nvcc(env=os.environ):
     candidates = [env.get("DADT_NVCC")]
     if env.get("CUDA_HOME"):
         candidates.append(os.path.join(env["CUDA_HOME"], "bin", "nvcc"))
-    candidates += [shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"]
+    candidates.append(shutil.which("nvcc", path=env.get("PATH", os.defpath)))
+    candidates += [os.path.join(r, "bin", "nvcc") for r in DEFAULT_CUDA_ROOTS]
     for c in candidates:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return os.path.realpath(c)
@@ -52,7 +55,7 @@ def find_cuda_home(nvcc, env=os.environ):
         roots.append(env["CUDA_HOME"])
     if nvcc:
         roots.append(os.path.dirname(os.path.dirname(nvcc)))
-    roots.append("/usr/local/cuda")
+    roots += DEFAULT_CUDA_ROOTS
     for r in roots:
         if (os.path.isfile(os.path.join(r, "include", "cuda_runtime.h")) and
                 os.path.isfile(os.path.join(r, "lib64", "libcudart_static.a"))):

@@ -51,6 +51,8 @@ class DeviceContext {
   virtual Status Copy(const std::vector<CopySpan>& spans) = 0;
   // buf[i] *= factor for `count` elements of dtype, on stream().
   virtual Status Scale(void* buf, int64_t count, DataType dtype, double factor) = 0;
+  // buf[i] /= divisor, with the host's semantics (runtime/common/reduce.h DivideBuffer).
+  virtual Status Divide(void* buf, int64_t count, DataType dtype, int64_t divisor) = 0;
   // Element-wise conversion between float32 and float16 on stream() (fp16 compression).
   virtual Status Cast(const void* in, DataType in_type, void* out, DataType out_type,
                       int64_t count) = 0;

@@ -62,11 +62,7 @@ StatusOr<std::unique_ptr<HostBuffer>> DeviceExecutor::AllocateOutput(DataType dt
 Status DeviceExecutor::PostProcess(const Response& r, void* buf, int64_t n) {
   DADT_RETURN_IF_ERROR(device_->Scale(buf, n, r.dtype, r.postscale));
   if (r.reduce_op != ReduceOp::kAverage || size_ == 1 || n == 0) return Status::OK();
-  if (!IsFloatingPoint(r.dtype)) {
-    return InvalidArgument(std::string("Average of ") + DataTypeName(r.dtype) +
-                           " GPU tensors is not supported; use Sum and divide, or a float type");
-  }
-  return device_->Scale(buf, n, r.dtype, 1.0 / size_);
+  return device_->Divide(buf, n, r.dtype, size_);
 }
 
 Status DeviceExecutor::Execute(const Response& r, const std::vector<TensorEntry*>& mine) {

@@ -116,6 +116,13 @@ Status CudaDevice::Scale(void* buf, int64_t count, DataType dtype, double factor
   return Status::OK();
 }
 
+Status CudaDevice::Divide(void* buf, int64_t count, DataType dtype, int64_t divisor) {
+  if (count == 0) return Status::OK();
+  if (dtype == DataType::kBool) return InvalidArgument("cannot average a bool tensor");
+  DADT_CUDA_CHECK("average", dadt_cuda::LaunchDivide(buf, count, static_cast<int>(dtype), divisor, stream_));
+  return Status::OK();
+}
+
 Status CudaDevice::Cast(const void* in, DataType in_type, void* out, DataType out_type,
                         int64_t count) {
   if (in_type == DataType::kFloat32 && out_type == DataType::kFloat16) {

@@ -38,6 +38,7 @@ class CudaDevice final : public DeviceContext {
   Status WaitForStream(uintptr_t framework_stream) override;
   Status Copy(const std::vector<CopySpan>& spans) override;
   Status Scale(void* buf, int64_t count, DataType dtype, double factor) override;
+  Status Divide(void* buf, int64_t count, DataType dtype, int64_t divisor) override;
   Status Cast(const void* in, DataType in_type, void* out, DataType out_type,
               int64_t count) override;
   StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes, Use use) override;

@@ -62,6 +62,29 @@ __global__ void ScaleBf16Kernel(__nv_bfloat16* buf, int64_t n, float factor) {
   }
 }
 
+template <typename T>
+__global__ void DivideKernel(T* buf, int64_t n, T divisor) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
+    buf[k] = buf[k] / divisor;
+  }
+}
+
+__device__ float ToFloat(__half h) { return __half2float(h); }
+__device__ float ToFloat(__nv_bfloat16 h) { return __bfloat162float(h); }
+template <typename H> __device__ H FromFloat(float f);
+template <> __device__ __half FromFloat<__half>(float f) { return __float2half(f); }
+template <> __device__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float f) { return __float2bfloat16(f); }
+
+// 16-bit floats divide in float and round once, as the host does.
+template <typename H>
+__global__ void DivideHalfKernel(H* buf, int64_t n, float divisor) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
+    buf[k] = FromFloat<H>(ToFloat(buf[k]) / divisor);
+  }
+}
+
 __global__ void FloatToHalfKernel(const float* in, __half* out, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
@@ -110,6 +133,28 @@ cudaError_t LaunchScale(void* buf, int64_t n, int type, double factor, cudaStrea
     case kScaleInt64: ScaleKernel<<<blocks, kThreads, 0, stream>>>(static_cast<int64_t*>(buf), n, factor); break;
     case kScaleUint8: ScaleKernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint8_t*>(buf), n, factor); break;
     case kScaleInt8: ScaleKernel<<<blocks, kThreads, 0, stream>>>(static_cast<int8_t*>(buf), n, factor); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchDivide(void* buf, int64_t n, int type, int64_t d, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (d <= 0) return cudaErrorInvalidValue;
+  const unsigned blocks = Blocks(n);
+  switch (type) {
+    case kScaleFloat16:
+      DivideHalfKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(buf), n, static_cast<float>(d));
+      break;
+    case kScaleBfloat16:
+      DivideHalfKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(buf), n, static_cast<float>(d));
+      break;
+    case kScaleFloat32: DivideKernel<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(buf), n, static_cast<float>(d)); break;
+    case kScaleFloat64: DivideKernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(buf), n, static_cast<double>(d)); break;
+    case kScaleInt32: DivideKernel<<<blocks, kThreads, 0, stream>>>(static_cast<int32_t*>(buf), n, static_cast<int32_t>(d)); break;
+    case kScaleInt64: DivideKernel<<<blocks, kThreads, 0, stream>>>(static_cast<int64_t*>(buf), n, d); break;
+    case kScaleUint8: DivideKernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint8_t*>(buf), n, static_cast<uint8_t>(d)); break;
+    case kScaleInt8: DivideKernel<<<blocks, kThreads, 0, stream>>>(static_cast<int8_t*>(buf), n, static_cast<int8_t>(d)); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -33,6 +33,9 @@ cudaError_t LaunchCopyBatch(const CopyBatch& batch, cudaStream_t stream);
 enum ScaleType : int { kScaleFloat16 = 4, kScaleBfloat16 = 5, kScaleFloat32 = 6, kScaleFloat64 = 7,
                        kScaleInt32 = 2, kScaleInt64 = 3, kScaleUint8 = 0, kScaleInt8 = 1 };
 cudaError_t LaunchScale(void* buf, int64_t count, int type, double factor, cudaStream_t stream);
+// buf[i] /= divisor, exactly as the host's DivideBuffer (integer division for integer types; the
+// 16-bit floats through float), for Average.
+cudaError_t LaunchDivide(void* buf, int64_t count, int type, int64_t divisor, cudaStream_t stream);
 
 // float32 -> float16 (round to nearest even) and back.
 cudaError_t LaunchFloatToHalf(const float* in, void* out, int64_t count, cudaStream_t stream);
