@@ -235,6 +235,13 @@ int dadt_cuda_available(void) {
   return 0;
 }
 
+int dadt_cuda_fusion_copy_seconds(int device, int64_t span_bytes, int spans, int iters, double* seconds) {
+  auto t = dadt::backends::MeasureFusionCopy(device, span_bytes, spans, iters);
+  if (!t.ok()) return Fail(t.status());
+  *seconds = *t;
+  return DADT_OK;
+}
+
 int dadt_start_timeline(const char* path, int mark_cycles) {
   auto rt = GetRunning();
   if (!rt) return Fail(dadt::PreconditionFailed("dadt has not been initialized; use dadt.init()."));

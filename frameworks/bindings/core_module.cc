@@ -273,6 +273,17 @@ PYBIND11_MODULE(_core, m) {
     const char* name = dadt_device_backend();
     return name ? py::object(py::str(name)) : py::object(py::none());
   }, "The engine moving GPU tensors (\"nccl\"), or None: the front end stages them through host memory.");
+  m.def("cuda_fusion_copy_seconds", [](int device, int64_t span_bytes, int spans, int iters) {
+    double seconds = 0;
+    int rc;
+    {
+      py::gil_scoped_release release;
+      rc = dadt_cuda_fusion_copy_seconds(device, span_bytes, spans, iters, &seconds);
+    }
+    CheckStatus(rc);
+    return seconds;
+  }, py::arg("device"), py::arg("span_bytes"), py::arg("spans"), py::arg("iters"),
+        "Median seconds of one batched fusion pack on the GPU (benchmark hook).");
   m.def("cuda_available", [] {
     const bool ok = dadt_cuda_available() == 1;
     return py::make_tuple(ok, ok ? std::string() : std::string(dadt_last_error()));

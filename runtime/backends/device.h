@@ -95,5 +95,10 @@ class DeviceRegistry {
   static StatusOr<std::unique_ptr<DeviceContext>> Create(const DeviceOptions& options);
 };
 
+// Seconds per fusion pack on `device`: `spans` buffers of `span_bytes` each copied into one fusion
+// buffer by DeviceContext::Copy, median over `iters` timed batches (for examples/benchmarks/
+// gpu_bench.py, which compares it with a plain device-to-device copy of the same bytes).
+StatusOr<double> MeasureFusionCopy(int device, int64_t span_bytes, int spans, int iters);
+
 }  // namespace backends
 }  // namespace dadt

@@ -13,6 +13,8 @@ namespace nccl {
 namespace {
 // At shutdown, work in flight gets this long to finish before it is abandoned.
 constexpr auto kShutdownGrace = std::chrono::seconds(10);
+// How often the completion thread checks health and timeouts while work is outstanding.
+constexpr auto kHealthPeriod = std::chrono::microseconds(2000);
 }  // namespace
 
 namespace internal {
@@ -161,6 +163,22 @@ StatusOr<std::shared_ptr<void>> CudaDevice::Allocate(int64_t bytes, Use use) {
   return std::shared_ptr<void>(p, [s](void* q) { (void)cudaFreeAsync(q, s); });
 }
 
+namespace {
+
+// Runs on CUDA's callback thread when the stream reaches it (no CUDA calls allowed there): marks
+// the sequence number reached and wakes the completion thread at once.
+void CUDART_CB SignalReached(void* arg) {
+  auto* p = static_cast<std::pair<std::shared_ptr<CudaDevice::Reached>, uint64_t>*>(arg);
+  {
+    std::lock_guard<std::mutex> lock(p->first->mu);
+    p->first->count = std::max(p->first->count, p->second);
+  }
+  p->first->cv.notify_all();
+  delete p;
+}
+
+}  // namespace
+
 void CudaDevice::OnComplete(std::function<void(Status)> done) {
   Status st = DADT_CUDA_STATUS("set device", cudaSetDevice(options_.device));
   cudaEvent_t event = nullptr;
@@ -172,19 +190,29 @@ void CudaDevice::OnComplete(std::function<void(Status)> done) {
       st = DADT_CUDA_STATUS("record completion", cudaEventRecord(event, stream_));
     }
   }
+  const uint64_t seq = ++issued_;
+  if (st.ok()) {
+    auto* arg = new std::pair<std::shared_ptr<Reached>, uint64_t>(reached_, seq);
+    st = DADT_CUDA_STATUS("completion callback", cudaLaunchHostFunc(stream_, SignalReached, arg));
+    if (!st.ok()) delete arg;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!st.ok() && failed_.ok()) failed_ = st;
-    pending_.push_back(Pending{event, std::move(done), std::chrono::steady_clock::now()});
+    pending_.push_back(Pending{event, std::move(done), std::chrono::steady_clock::now(), seq});
   }
   cv_.notify_all();
+}
+
+bool CudaDevice::WaitReached(uint64_t seq, std::chrono::microseconds at_most) {
+  std::unique_lock<std::mutex> lock(reached_->mu);
+  return reached_->cv.wait_for(lock, at_most, [&] { return reached_->count >= seq; });
 }
 
 void CudaDevice::CompletionLoop() {
   (void)cudaSetDevice(options_.device);
   std::unique_lock<std::mutex> lock(mu_);
   auto since = std::chrono::steady_clock::now();
-  auto backoff = std::chrono::microseconds(50);
   while (true) {
     cv_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
     if (pending_.empty()) return;  // stopping with nothing left
@@ -192,17 +220,27 @@ void CudaDevice::CompletionLoop() {
     Status result = failed_;
     bool finished = !result.ok();
     if (!finished) {
+      // Woken by the stream's callback as soon as the work is done; every kHealthPeriod without
+      // it, look for the engine's asynchronous errors, a device error and the timeout.
+      const cudaEvent_t event = p.event;
+      const uint64_t seq = p.seq;
+      const auto queued = p.queued;
       lock.unlock();
-      const cudaError_t q = cudaEventQuery(p.event);
-      Status health = options_.health ? options_.health() : Status::OK();
+      finished = WaitReached(seq, kHealthPeriod);
+      cudaError_t q = cudaSuccess;
+      Status health;
+      if (!finished) {
+        q = cudaEventQuery(event);
+        finished = q == cudaSuccess;
+        if (!finished && options_.health) health = options_.health();
+      }
       lock.lock();
-      if (q == cudaSuccess) {
-        finished = true;
+      if (finished) {
       } else if (q != cudaErrorNotReady) {
         result = DADT_CUDA_STATUS("device work", q);
       } else if (!health.ok()) {
         result = health;
-      } else if (std::chrono::steady_clock::now() - std::max(since, p.queued) > options_.timeout) {
+      } else if (std::chrono::steady_clock::now() - std::max(since, queued) > options_.timeout) {
         result = TimeoutError("GPU collective did not finish within " +
                               std::to_string(options_.timeout.count()) +
                               " ms (a peer is probably stuck or gone); the communicator is aborted");
@@ -221,21 +259,15 @@ void CudaDevice::CompletionLoop() {
         }
       }
     }
-    if (!finished) {
-      lock.unlock();
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::microseconds(1000));
-      lock.lock();
-      continue;
-    }
+    if (!finished) continue;
     Pending done = std::move(pending_.front());
     pending_.pop_front();
-    if (done.event) returned_events_.push_back(done.event);
+    // An event whose work failed may still be pending on the device: do not reuse it.
+    if (done.event && result.ok()) returned_events_.push_back(done.event);
     lock.unlock();
     done.done(result);
     lock.lock();
     since = std::chrono::steady_clock::now();
-    backoff = std::chrono::microseconds(50);
   }
 }
 
