@@ -33,7 +33,10 @@ StatusOr<std::unique_ptr<DeviceExecutor>> DeviceExecutor::Create(const std::stri
   return x;
 }
 
-DeviceExecutor::~DeviceExecutor() { device_.reset(); }
+DeviceExecutor::~DeviceExecutor() {
+  fusion_.reset();  // its free is ordered on the context's stream, which must still exist
+  device_.reset();  // drains the outstanding work; then the engine goes (member order)
+}
 
 StatusOr<void*> DeviceExecutor::Fusion(int64_t bytes) {
   if (bytes > fusion_bytes_) {
