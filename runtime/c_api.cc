@@ -235,6 +235,28 @@ int dadt_cuda_available(void) {
   return 0;
 }
 
+int dadt_cuda_cast(const DLTensor* in, const DLTensor* out, uintptr_t stream) {
+  auto in_type = ToDataType(in->dtype, "cast input");
+  if (!in_type.ok()) return Fail(in_type.status());
+  auto out_type = ToDataType(out->dtype, "cast output");
+  if (!out_type.ok()) return Fail(out_type.status());
+  const dadt::Shape shape(in->shape, in->shape + in->ndim);
+  if (in->device.device_type != kDLCUDA || out->device.device_type != kDLCUDA ||
+      in->device.device_id != out->device.device_id ||
+      shape != dadt::Shape(out->shape, out->shape + out->ndim)) {
+    return Fail(dadt::InvalidArgument("cuda_cast: input and output must be CUDA tensors of one "
+                                      "shape on one GPU"));
+  }
+  Status s = CheckLayout(*in, "cast input");
+  if (s.ok()) s = CheckLayout(*out, "cast output");
+  if (s.ok()) {
+    s = dadt::backends::DeviceRegistry::CastOnStream(
+        static_cast<const char*>(in->data) + in->byte_offset, *in_type,
+        static_cast<char*>(out->data) + out->byte_offset, *out_type, dadt::NumElements(shape), stream);
+  }
+  return s.ok() ? DADT_OK : Fail(s);
+}
+
 int dadt_cuda_fusion_copy_seconds(int device, int64_t span_bytes, int spans, int iters, double* seconds) {
   auto t = dadt::backends::MeasureFusionCopy(device, span_bytes, spans, iters);
   if (!t.ok()) return Fail(t.status());

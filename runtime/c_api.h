@@ -124,6 +124,9 @@ const char* dadt_device_backend(void);
 /* 1 when this build has CUDA support and a CUDA device is visible; 0 otherwise, with the reason
  * in dadt_last_error(). */
 int dadt_cuda_available(void);
+/* fp16 compression of GPU tensors: casts `in` (float32 <-> float16) into `out` (same shape, same
+ * GPU) with the runtime's kernel on the framework's `stream`; DADT_OK or an error code. */
+int dadt_cuda_cast(const DLTensor* in, const DLTensor* out, uintptr_t stream);
 /* Benchmark hook: median seconds to pack `spans` device buffers of `span_bytes` each into a fusion
  * buffer on CUDA device `device` with the runtime's batched copy; DADT_OK or an error code. */
 int dadt_cuda_fusion_copy_seconds(int device, int64_t span_bytes, int spans, int iters, double* seconds);

@@ -273,6 +273,17 @@ PYBIND11_MODULE(_core, m) {
     const char* name = dadt_device_backend();
     return name ? py::object(py::str(name)) : py::object(py::none());
   }, "The engine moving GPU tensors (\"nccl\"), or None: the front end stages them through host memory.");
+  m.def("cuda_cast", [](py::handle input, py::handle output, uintptr_t stream) {
+    const DLTensor* in = TensorFromCapsule(input, "input");
+    const DLTensor* out = TensorFromCapsule(output, "output");
+    int rc;
+    {
+      py::gil_scoped_release release;
+      rc = dadt_cuda_cast(in, out, stream);
+    }
+    CheckStatus(rc);
+  }, py::arg("input"), py::arg("output"), py::arg("stream"),
+        "float32 <-> float16 of CUDA tensors with the runtime's kernel on `stream`.");
   m.def("cuda_fusion_copy_seconds", [](int device, int64_t span_bytes, int spans, int iters) {
     double seconds = 0;
     int rc;

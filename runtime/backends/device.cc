@@ -42,6 +42,12 @@ StatusOr<std::unique_ptr<DeviceContext>> DeviceRegistry::Create(const DeviceOpti
   return Registered()->create(options);
 }
 
+Status DeviceRegistry::CastOnStream(const void* in, DataType in_type, void* out,
+                                    DataType out_type, int64_t count, uintptr_t stream) {
+  if (!Registered()) return Unimplemented("device casts need dadt built with CUDA");
+  return Registered()->cast(in, in_type, out, out_type, count, stream);
+}
+
 StatusOr<double> MeasureFusionCopy(int device, int64_t span_bytes, int spans, int iters) {
   if (span_bytes <= 0 || spans <= 0 || iters <= 0) {
     return InvalidArgument("MeasureFusionCopy: sizes and counts must be > 0");

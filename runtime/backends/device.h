@@ -87,12 +87,16 @@ class DeviceRegistry {
     const char* name;  // "CUDA"
     std::function<int(std::string* why)> visible_devices;
     std::function<StatusOr<std::unique_ptr<DeviceContext>>(const DeviceOptions&)> create;
+    // DeviceContext::Cast on a caller's stream (the framework's): fp16 compression in the front end.
+    std::function<Status(const void*, DataType, void*, DataType, int64_t, uintptr_t)> cast;
   };
   static bool Register(Impl impl);
   static bool Built();
   // How many devices this process sees; 0 with `why` filled when none (or not built).
   static int VisibleDevices(std::string* why);
   static StatusOr<std::unique_ptr<DeviceContext>> Create(const DeviceOptions& options);
+  static Status CastOnStream(const void* in, DataType in_type, void* out, DataType out_type,
+                             int64_t count, uintptr_t stream);
 };
 
 // Seconds per fusion pack on `device`: `spans` buffers of `span_bytes` each copied into one fusion

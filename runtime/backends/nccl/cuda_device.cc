@@ -19,6 +19,23 @@ constexpr auto kHealthPeriod = std::chrono::microseconds(2000);
 
 namespace internal {
 
+Status CastOnStream(const void* in, DataType in_type, void* out, DataType out_type, int64_t count,
+                    uintptr_t stream) {
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  if (in_type == DataType::kFloat32 && out_type == DataType::kFloat16) {
+    DADT_CUDA_CHECK("fp16 compression",
+                    dadt_cuda::LaunchFloatToHalf(static_cast<const float*>(in), out, count, s));
+    return Status::OK();
+  }
+  if (in_type == DataType::kFloat16 && out_type == DataType::kFloat32) {
+    DADT_CUDA_CHECK("fp16 decompression",
+                    dadt_cuda::LaunchHalfToFloat(in, static_cast<float*>(out), count, s));
+    return Status::OK();
+  }
+  return Unimplemented(std::string("device cast from ") + DataTypeName(in_type) + " to " +
+                       DataTypeName(out_type));
+}
+
 int VisibleCudaDevices(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
@@ -127,18 +144,7 @@ Status CudaDevice::Divide(void* buf, int64_t count, DataType dtype, int64_t divi
 
 Status CudaDevice::Cast(const void* in, DataType in_type, void* out, DataType out_type,
                         int64_t count) {
-  if (in_type == DataType::kFloat32 && out_type == DataType::kFloat16) {
-    DADT_CUDA_CHECK("fp16 compression",
-                    dadt_cuda::LaunchFloatToHalf(static_cast<const float*>(in), out, count, stream_));
-    return Status::OK();
-  }
-  if (in_type == DataType::kFloat16 && out_type == DataType::kFloat32) {
-    DADT_CUDA_CHECK("fp16 decompression",
-                    dadt_cuda::LaunchHalfToFloat(in, static_cast<float*>(out), count, stream_));
-    return Status::OK();
-  }
-  return Unimplemented(std::string("device cast from ") + DataTypeName(in_type) + " to " +
-                       DataTypeName(out_type));
+  return internal::CastOnStream(in, in_type, out, out_type, count, stream());
 }
 
 StatusOr<std::shared_ptr<void>> CudaDevice::Allocate(int64_t bytes, Use use) {
@@ -275,7 +281,7 @@ namespace {
 
 const bool kRegistered = DeviceRegistry::Register(DeviceRegistry::Impl{
     "CUDA", [](std::string* why) { return internal::VisibleCudaDevices(why); },
-    [](const DeviceOptions& o) { return CudaDevice::Create(o); }});
+    [](const DeviceOptions& o) { return CudaDevice::Create(o); }, internal::CastOnStream});
 
 }  // namespace
 }  // namespace nccl

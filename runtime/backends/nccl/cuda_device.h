@@ -84,6 +84,9 @@ class CudaDevice final : public DeviceContext {
 namespace internal {
 // Visible devices as cudaGetDeviceCount reports them; 0 with the reason otherwise.
 int VisibleCudaDevices(std::string* why);
+// float32 <-> float16 on `stream` with the device kernels (CudaDevice::Cast on its own stream).
+Status CastOnStream(const void* in, DataType in_type, void* out, DataType out_type, int64_t count,
+                    uintptr_t stream);
 }  // namespace internal
 
 }  // namespace nccl
