@@ -165,16 +165,10 @@ Status DeviceExecutor::Allreduce(const Response& r, const std::vector<TensorEntr
 
 StatusOr<std::unique_ptr<HostBuffer>> DeviceExecutor::Allgather(const Response& r,
                                                                 const TensorEntry& e) {
-  const int64_t row_bytes = RowElements(e.request.shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
-  std::vector<int64_t> bytes(size_);
-  int64_t rows = 0;
-  for (int i = 0; i < size_; ++i) {
-    bytes[i] = r.sizes[i] * row_bytes;
-    rows += r.sizes[i];
-  }
-  auto out = AllocateOutput(r.dtype, WithFirstDim(e.request.shape, rows));
+  GatherLayout l = AllgatherLayout(e.request.shape, r.dtype, r.sizes, size_);
+  auto out = AllocateOutput(r.dtype, l.out_shape);
   if (!out.ok()) return out.status();
-  if (rows * row_bytes > 0) DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, (*out)->ptr(), bytes));
+  if ((*out)->bytes > 0) DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, (*out)->ptr(), l.bytes));
   return out;
 }
 
@@ -190,19 +184,11 @@ Status DeviceExecutor::Broadcast(const Response& r, const TensorEntry& e) {
 StatusOr<std::unique_ptr<HostBuffer>> DeviceExecutor::Alltoall(const Response& r,
                                                                const TensorEntry& e,
                                                                std::vector<int64_t>* splits) {
-  const int64_t row_bytes = RowElements(e.request.shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
-  std::vector<int64_t> send(size_), recv(size_);
-  splits->assign(size_, 0);
-  int64_t rows = 0;
-  for (int j = 0; j < size_; ++j) {
-    send[j] = r.sizes[rank_ * size_ + j] * row_bytes;
-    (*splits)[j] = r.sizes[j * size_ + rank_];
-    recv[j] = (*splits)[j] * row_bytes;
-    rows += (*splits)[j];
-  }
-  auto out = AllocateOutput(r.dtype, WithFirstDim(e.request.shape, rows));
+  AlltoallLayout l = MakeAlltoallLayout(e.request.shape, r.dtype, r.sizes, size_, rank_);
+  auto out = AllocateOutput(r.dtype, l.out_shape);
   if (!out.ok()) return out.status();
-  DADT_RETURN_IF_ERROR(backend_->Alltoallv(e.input, send, (*out)->ptr(), recv));
+  DADT_RETURN_IF_ERROR(backend_->Alltoallv(e.input, l.send, (*out)->ptr(), l.recv));
+  *splits = std::move(l.splits);
   return out;
 }
 

@@ -276,16 +276,9 @@ Status Executor::Allreduce(const Response& r, EntryMap& entries) {
 }
 
 Status Executor::Allgather(const Response& r, TensorEntry& e) {
-  const Shape& shape = e.request.shape;
-  const int64_t row_bytes = RowElements(shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
-  std::vector<int64_t> bytes(size_);
-  int64_t rows = 0;
-  for (int i = 0; i < size_; ++i) {
-    bytes[i] = r.sizes[i] * row_bytes;
-    rows += r.sizes[i];
-  }
-  auto out = HostBuffer::Allocate(r.dtype, WithFirstDim(shape, rows));
-  DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, out->data.get(), bytes));
+  GatherLayout l = AllgatherLayout(e.request.shape, r.dtype, r.sizes, size_);
+  auto out = HostBuffer::Allocate(r.dtype, l.out_shape);
+  DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, out->data.get(), l.bytes));
   HandleResult res;
   res.output = std::move(out);
   Finish(e, std::move(res));
@@ -300,21 +293,12 @@ Status Executor::Broadcast(const Response& r, TensorEntry& e) {
 }
 
 Status Executor::Alltoall(const Response& r, TensorEntry& e) {
-  const Shape& shape = e.request.shape;
-  const int64_t row_bytes = RowElements(shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
-  std::vector<int64_t> send(size_), recv(size_), splits(size_);
-  int64_t rows = 0;
-  for (int j = 0; j < size_; ++j) {
-    send[j] = r.sizes[rank_ * size_ + j] * row_bytes;
-    splits[j] = r.sizes[j * size_ + rank_];
-    recv[j] = splits[j] * row_bytes;
-    rows += splits[j];
-  }
-  auto out = HostBuffer::Allocate(r.dtype, WithFirstDim(shape, rows));
-  DADT_RETURN_IF_ERROR(backend_->Alltoallv(e.input, send, out->data.get(), recv));
+  AlltoallLayout l = MakeAlltoallLayout(e.request.shape, r.dtype, r.sizes, size_, rank_);
+  auto out = HostBuffer::Allocate(r.dtype, l.out_shape);
+  DADT_RETURN_IF_ERROR(backend_->Alltoallv(e.input, l.send, out->data.get(), l.recv));
   HandleResult res;
   res.output = std::move(out);
-  res.received_splits = std::move(splits);
+  res.received_splits = std::move(l.splits);
   Finish(e, std::move(res));
   return Status::OK();
 }

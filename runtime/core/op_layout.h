@@ -36,6 +36,45 @@ inline std::vector<int64_t> ScatterCounts(const Shape& shape, int size) {
   return counts;
 }
 
+// Allgather: bytes each rank contributes (sizes = first dimension per rank) and the output shape.
+struct GatherLayout {
+  std::vector<int64_t> bytes;
+  Shape out_shape;
+};
+inline GatherLayout AllgatherLayout(const Shape& shape, DataType dtype,
+                                    const std::vector<int64_t>& sizes, int size) {
+  const int64_t row_bytes = RowElements(shape) * static_cast<int64_t>(DataTypeSize(dtype));
+  GatherLayout l;
+  int64_t rows = 0;
+  for (int i = 0; i < size; ++i) {
+    l.bytes.push_back(sizes[i] * row_bytes);
+    rows += sizes[i];
+  }
+  l.out_shape = WithFirstDim(shape, rows);
+  return l;
+}
+
+// Alltoall on `rank`: bytes sent to and received from each rank (sizes = the size x size matrix of
+// rows, row r = what rank r sends), rows received from each rank, and the output shape.
+struct AlltoallLayout {
+  std::vector<int64_t> send, recv, splits;
+  Shape out_shape;
+};
+inline AlltoallLayout MakeAlltoallLayout(const Shape& shape, DataType dtype,
+                                         const std::vector<int64_t>& sizes, int size, int rank) {
+  const int64_t row_bytes = RowElements(shape) * static_cast<int64_t>(DataTypeSize(dtype));
+  AlltoallLayout l;
+  int64_t rows = 0;
+  for (int j = 0; j < size; ++j) {
+    l.send.push_back(sizes[rank * size + j] * row_bytes);
+    l.splits.push_back(sizes[j * size + rank]);
+    l.recv.push_back(l.splits.back() * row_bytes);
+    rows += l.splits.back();
+  }
+  l.out_shape = WithFirstDim(shape, rows);
+  return l;
+}
+
 // Reductions run by the engines: Average is Sum followed by a division by the rank count.
 inline ReduceOp BackendOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
