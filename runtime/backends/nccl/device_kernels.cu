@@ -40,63 +40,44 @@ __global__ void CopyBatchKernel(CopyBatch batch) {
   for (int64_t k = tid; k < n; k += stride) dst[k] = src ? src[k] : 0;
 }
 
+// Grid-stride loop over n elements: every kernel below is one of these with its own body.
+#define DADT_FOR_EACH_ELEMENT(k, n)                                                            \
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < (n);       \
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// Conversions that let one template serve float16 and bfloat16 (arithmetic happens in float).
+__device__ float ToFloat(__half h) { return __half2float(h); }
+__device__ float ToFloat(__nv_bfloat16 h) { return __bfloat162float(h); }
+__device__ float ToFloat(float f) { return f; }
+template <typename H> __device__ H FromFloat(float f);
+template <> __device__ __half FromFloat<__half>(float f) { return __float2half_rn(f); }
+template <> __device__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float f) { return __float2bfloat16(f); }
+template <> __device__ float FromFloat<float>(float f) { return f; }
+
 template <typename T>
 __global__ void ScaleKernel(T* buf, int64_t n, double factor) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
-    buf[k] = static_cast<T>(static_cast<double>(buf[k]) * factor);
-  }
+  DADT_FOR_EACH_ELEMENT(k, n) buf[k] = static_cast<T>(static_cast<double>(buf[k]) * factor);
 }
 
-__global__ void ScaleHalfKernel(__half* buf, int64_t n, float factor) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
-    buf[k] = __float2half(__half2float(buf[k]) * factor);
-  }
-}
-
-__global__ void ScaleBf16Kernel(__nv_bfloat16* buf, int64_t n, float factor) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
-    buf[k] = __float2bfloat16(__bfloat162float(buf[k]) * factor);
-  }
+template <typename H>
+__global__ void ScaleHalfKernel(H* buf, int64_t n, float factor) {
+  DADT_FOR_EACH_ELEMENT(k, n) buf[k] = FromFloat<H>(ToFloat(buf[k]) * factor);
 }
 
 template <typename T>
 __global__ void DivideKernel(T* buf, int64_t n, T divisor) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
-    buf[k] = buf[k] / divisor;
-  }
+  DADT_FOR_EACH_ELEMENT(k, n) buf[k] = buf[k] / divisor;
 }
-
-__device__ float ToFloat(__half h) { return __half2float(h); }
-__device__ float ToFloat(__nv_bfloat16 h) { return __bfloat162float(h); }
-template <typename H> __device__ H FromFloat(float f);
-template <> __device__ __half FromFloat<__half>(float f) { return __float2half(f); }
-template <> __device__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float f) { return __float2bfloat16(f); }
 
 // 16-bit floats divide in float and round once, as the host does.
 template <typename H>
 __global__ void DivideHalfKernel(H* buf, int64_t n, float divisor) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
-    buf[k] = FromFloat<H>(ToFloat(buf[k]) / divisor);
-  }
+  DADT_FOR_EACH_ELEMENT(k, n) buf[k] = FromFloat<H>(ToFloat(buf[k]) / divisor);
 }
 
-__global__ void FloatToHalfKernel(const float* in, __half* out, int64_t n) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
-    out[k] = __float2half_rn(in[k]);
-  }
-}
-
-__global__ void HalfToFloatKernel(const __half* in, float* out, int64_t n) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
-    out[k] = __half2float(in[k]);
-  }
+template <typename In, typename Out>
+__global__ void ConvertKernel(const In* in, Out* out, int64_t n) {
+  DADT_FOR_EACH_ELEMENT(k, n) out[k] = FromFloat<Out>(ToFloat(in[k]));
 }
 
 unsigned Blocks(int64_t work) {
@@ -121,10 +102,11 @@ cudaError_t LaunchScale(void* buf, int64_t n, int type, double factor, cudaStrea
   const unsigned blocks = Blocks(n);
   switch (type) {
     case kScaleFloat16:
-      ScaleHalfKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(buf), n, static_cast<float>(factor));
+      ScaleHalfKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(buf), n,
+                                                       static_cast<float>(factor));
       break;
     case kScaleBfloat16:
-      ScaleBf16Kernel<<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(buf), n,
+      ScaleHalfKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(buf), n,
                                                        static_cast<float>(factor));
       break;
     case kScaleFloat32: ScaleKernel<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(buf), n, factor); break;
@@ -162,13 +144,13 @@ cudaError_t LaunchDivide(void* buf, int64_t n, int type, int64_t d, cudaStream_t
 
 cudaError_t LaunchFloatToHalf(const float* in, void* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  FloatToHalfKernel<<<Blocks(n), kThreads, 0, stream>>>(in, static_cast<__half*>(out), n);
+  ConvertKernel<<<Blocks(n), kThreads, 0, stream>>>(in, static_cast<__half*>(out), n);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchHalfToFloat(const void* in, float* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  HalfToFloatKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<const __half*>(in), out, n);
+  ConvertKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<const __half*>(in), out, n);
   return cudaGetLastError();
 }
 
