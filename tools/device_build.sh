@@ -59,10 +59,13 @@ build() {
     pyinc="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
     pybind="$("$py" -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null || echo /usr/include)"
     nccl="$("$py" -c 'import importlib.util as u; print(list(u.find_spec("nvidia.nccl").submodule_search_locations)[0])')"
-    nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
-    cuda="$(dirname "$(dirname "$(readlink -f "$nvcc")")")"
+    # nvcc and the toolkit root exactly as the Bazel build finds them (tools/configure_cuda.py).
+    read -r nvcc cuda < <("$py" -c 'import sys; sys.path.insert(0, "tools"); import configure_cuda as c
+n = c.find_nvcc(); print(n or "-", c.find_cuda_home(n) or "-")')
+    [ "$nvcc" != - ] && [ "$cuda" != - ] || { echo "nvcc or the CUDA headers not found" >&2; exit 2; }
     local lib="$ROOT/$prefix/usr/lib" arch_lib="$ROOT/$prefix/usr/lib/x86_64-linux-gnu"
-    local inc=(-I. -I"$prefix/usr/include" -I"$prefix/usr/include/eigen3" -I"$cuda/include" -I"$nccl/include"
+    # runtime/backends/gloo/compat: a header Debian's libgloo-dev lacks (//runtime/backends/gloo:gloo_compat).
+    local inc=(-I. -Iruntime/backends/gloo/compat -I"$prefix/usr/include" -I"$prefix/usr/include/eigen3" -I"$cuda/include" -I"$nccl/include"
                -I"$pyinc" -I"$pybind")
     local cxx=(g++ -std=c++17 -O2 -g1 -fPIC -Wno-deprecated-declarations "${inc[@]}")
     # Compile every source once, in parallel; object names follow the source path.

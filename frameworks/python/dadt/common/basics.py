@@ -24,10 +24,10 @@ except ImportError as e:  # pragma: no cover - depends on the build
 _EXECUTOR_HINTS = {
     "gloo": "the Gloo executor needs dadt built with Gloo",
     "mpi": "the MPI executor needs dadt built with MPI (Open MPI's libopenmpi-dev)",
-    "mpicuda": "CUDA-aware MPI needs dadt built with CUDA (bazel --config=cuda), a CUDA-aware "
-               "MPI and a GPU; this build has no CUDA support",
-    "nccl": "the NCCL executor needs dadt built with CUDA and NCCL (bazel --config=cuda) and a "
-            "GPU; this build has no NCCL support",
+    "mpicuda": "dadt has no CUDA-aware MPI path; GPU tensors go to NCCL ('nccl') or are staged "
+               "through host memory",
+    "nccl": "the NCCL executor needs dadt built with CUDA and NCCL (on wherever nvcc and NCCL are "
+            "found at build time, docs/backends.md) and a GPU; this build has no NCCL support",
 }
 # Kept alive while the runtime uses them: communicators init() created from a list of ranks.
 _owned_comms: List[Any] = []
