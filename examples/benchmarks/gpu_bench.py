@@ -114,7 +114,8 @@ def training(args):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--batch", type=int, default=256)
+    # Large enough that a step takes tens of ms on an H100, as a real training step does.
+    ap.add_argument("--batch", type=int, default=8192)
     a = ap.parse_args(argv)
     a.iters, a.rounds, a.steps, a.warmup = (10, 3, 20, 5) if a.quick else (30, 5, 50, 10)
     if not torch.cuda.is_available():
