@@ -1,6 +1,7 @@
 #include "runtime/backends/nccl/nccl_backend.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -56,17 +57,17 @@ StatusOr<ncclUniqueId> DecodeUniqueId(const std::string& bytes) {
 
 namespace {
 
-// Polls a nonblocking communicator until its pending operation is enqueued (or failed).
-Status PollComm(ncclComm_t comm, const char* what, std::chrono::milliseconds timeout) {
+// Polls a nonblocking communicator until its pending operation is enqueued (or failed); `query`
+// reads ncclCommGetAsyncError.
+template <typename Query>
+Status PollComm(const char* what, std::chrono::milliseconds timeout, Query query) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto backoff = std::chrono::microseconds(1);
   while (true) {
     ncclResult_t state = ncclSuccess;
-    DADT_NCCL_CHECK(what, ncclCommGetAsyncError(comm, &state));
+    DADT_RETURN_IF_ERROR(query(&state));
     if (state == ncclSuccess) return Status::OK();
-    if (state != ncclInProgress) {
-      return internal::StatusFromNcclResult(state, what, __FILE__, __LINE__, ncclGetLastError(comm));
-    }
+    if (state != ncclInProgress) return internal::StatusFromNcclResult(state, what, __FILE__, __LINE__);
     if (std::chrono::steady_clock::now() > deadline) {
       return TimeoutError(std::string("NCCL ") + what + " did not finish within " +
                           std::to_string(timeout.count()) + " ms");
@@ -101,7 +102,9 @@ StatusOr<std::unique_ptr<Backend>> NcclBackend::Create(const BackendOptions& o) 
   config.blocking = 0;
   ncclComm_t comm = nullptr;
   DADT_NCCL_CHECK("communicator init", ncclCommInitRankConfig(&comm, o.size, id, o.rank, &config));
-  Status ready = PollComm(comm, "communicator init", connect);
+  Status ready = PollComm("communicator init", connect, [comm](ncclResult_t* state) {
+    return DADT_NCCL_STATUS("communicator init", ncclCommGetAsyncError(comm, state));
+  });
   if (!ready.ok()) {
     (void)ncclCommAbort(comm);
     return ready;
@@ -121,34 +124,49 @@ NcclBackend::NcclBackend(const BackendOptions& o, ncclComm_t comm)
 
 NcclBackend::~NcclBackend() {
   (void)cudaSetDevice(device_);
+  // ncclCommAbort frees the communicator (no ncclCommDestroy after it) and never waits for peers,
+  // which ncclCommFinalize/Destroy would.
   Abort();
-  (void)ncclCommDestroy(comm_);
   if (barrier_buf_) (void)cudaFree(barrier_buf_);
 }
 
 void NcclBackend::Abort() {
-  std::call_once(abort_once_, [this] {
-    aborted_ = true;
-    (void)ncclCommAbort(comm_);
-  });
+  std::lock_guard<std::mutex> lock(comm_mu_);
+  if (aborted_) return;
+  aborted_ = true;
+  (void)ncclCommAbort(comm_);
 }
 
 Status NcclBackend::AsyncError() {
-  if (aborted_) return Aborted("NCCL communicator was aborted");
   ncclResult_t state = ncclSuccess;
-  DADT_NCCL_CHECK("async error query", ncclCommGetAsyncError(comm_, &state));
-  if (state == ncclSuccess || state == ncclInProgress) return Status::OK();
-  return internal::StatusFromNcclResult(state, "collective (asynchronous)", __FILE__, __LINE__,
-                                        ncclGetLastError(comm_));
+  const char* last = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    if (aborted_) return Aborted("NCCL communicator was aborted");
+    DADT_NCCL_CHECK("async error query", ncclCommGetAsyncError(comm_, &state));
+    if (state == ncclSuccess || state == ncclInProgress) return Status::OK();
+    last = ncclGetLastError(comm_);
+  }
+  return internal::StatusFromNcclResult(state, "collective (asynchronous)", __FILE__, __LINE__, last);
+}
+
+template <typename Call>
+Status NcclBackend::Guarded(const char* what, Call call) {
+  std::lock_guard<std::mutex> lock(comm_mu_);
+  if (aborted_) return Aborted(std::string("NCCL ") + what + ": the communicator was aborted");
+  return DADT_NCCL_STATUS(what, call(comm_));
 }
 
 Status NcclBackend::CheckUsable() const {
   if (!broken_.ok()) return Aborted("NCCL backend is unusable after an earlier failure: " + broken_.message());
-  if (aborted_) return Aborted("NCCL communicator was aborted after a failure");
-  return Status::OK();
+  return Status::OK();  // an abort from another thread is seen by the first Guarded call
 }
 
-Status NcclBackend::WaitReady(const char* what) { return PollComm(comm_, what, timeout_); }
+Status NcclBackend::WaitReady(const char* what) {
+  return PollComm(what, timeout_, [this, what](ncclResult_t* state) {
+    return Guarded(what, [state](ncclComm_t c) { return ncclCommGetAsyncError(c, state); });
+  });
+}
 
 Status NcclBackend::Finish(const char* what, Status status) {
   if (status.ok()) status = WaitReady(what);
@@ -164,7 +182,7 @@ Status NcclBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp
   ncclDataType_t type;
   ncclRedOp_t nop;
   DADT_RETURN_IF_ERROR(internal::NcclTypeAndOp(dtype, op, &type, &nop));
-  return Finish("allreduce", DADT_NCCL_STATUS("allreduce", ncclAllReduce(buf, buf, count, type, nop, comm_, stream_)));
+  return Finish("allreduce", Guarded("allreduce", [&](ncclComm_t c) { return ncclAllReduce(buf, buf, count, type, nop, c, stream_); }));
 }
 
 Status NcclBackend::Allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes) {
@@ -172,13 +190,15 @@ Status NcclBackend::Allgatherv(const void* in, void* out, const std::vector<int6
   bool equal = true;
   for (int64_t b : bytes) equal = equal && b == bytes[0];
   if (equal) {
-    return Finish("allgather", DADT_NCCL_STATUS("allgather", ncclAllGather(in, out, bytes[0], ncclInt8, comm_, stream_)));
+    return Finish("allgather", Guarded("allgather", [&](ncclComm_t c) { return ncclAllGather(in, out, bytes[0], ncclInt8, c, stream_); }));
   }
   Status s = DADT_NCCL_STATUS("allgatherv group", ncclGroupStart());
   int64_t off = 0;
   for (int r = 0; r < size_ && s.ok(); ++r) {
     char* dst = static_cast<char*>(out) + off;
-    s = DADT_NCCL_STATUS("allgatherv", ncclBroadcast(r == rank_ ? in : dst, dst, bytes[r], ncclInt8, r, comm_, stream_));
+    s = Guarded("allgatherv", [&](ncclComm_t c) {
+      return ncclBroadcast(r == rank_ ? in : dst, dst, bytes[r], ncclInt8, r, c, stream_);
+    });
     off += bytes[r];
   }
   Status end = DADT_NCCL_STATUS("allgatherv group", ncclGroupEnd());
@@ -187,7 +207,7 @@ Status NcclBackend::Allgatherv(const void* in, void* out, const std::vector<int6
 
 Status NcclBackend::Broadcast(void* buf, int64_t bytes, int root) {
   DADT_RETURN_IF_ERROR(CheckUsable());
-  return Finish("broadcast", DADT_NCCL_STATUS("broadcast", ncclBroadcast(buf, buf, bytes, ncclInt8, root, comm_, stream_)));
+  return Finish("broadcast", Guarded("broadcast", [&](ncclComm_t c) { return ncclBroadcast(buf, buf, bytes, ncclInt8, root, c, stream_); }));
 }
 
 Status NcclBackend::Alltoallv(const void* in, const std::vector<int64_t>& send_bytes, void* out,
@@ -197,10 +217,14 @@ Status NcclBackend::Alltoallv(const void* in, const std::vector<int64_t>& send_b
   int64_t send_off = 0, recv_off = 0;
   for (int r = 0; r < size_ && s.ok(); ++r) {
     if (send_bytes[r] > 0) {
-      s = DADT_NCCL_STATUS("alltoall send", ncclSend(static_cast<const char*>(in) + send_off, send_bytes[r], ncclInt8, r, comm_, stream_));
+      s = Guarded("alltoall send", [&](ncclComm_t c) {
+        return ncclSend(static_cast<const char*>(in) + send_off, send_bytes[r], ncclInt8, r, c, stream_);
+      });
     }
     if (s.ok() && recv_bytes[r] > 0) {
-      s = DADT_NCCL_STATUS("alltoall recv", ncclRecv(static_cast<char*>(out) + recv_off, recv_bytes[r], ncclInt8, r, comm_, stream_));
+      s = Guarded("alltoall recv", [&](ncclComm_t c) {
+        return ncclRecv(static_cast<char*>(out) + recv_off, recv_bytes[r], ncclInt8, r, c, stream_);
+      });
     }
     send_off += send_bytes[r];
     recv_off += recv_bytes[r];
@@ -218,7 +242,9 @@ Status NcclBackend::Reducescatter(const void* in, void* out, const std::vector<i
   bool equal = true;
   for (int64_t c : counts) equal = equal && c == counts[0];
   if (equal) {
-    return Finish("reducescatter", DADT_NCCL_STATUS("reducescatter", ncclReduceScatter(in, out, counts[0], type, nop, comm_, stream_)));
+    return Finish("reducescatter", Guarded("reducescatter", [&](ncclComm_t c) {
+      return ncclReduceScatter(in, out, counts[0], type, nop, c, stream_);
+    }));
   }
   const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
   Status s = DADT_NCCL_STATUS("reducescatter group", ncclGroupStart());
@@ -226,7 +252,9 @@ Status NcclBackend::Reducescatter(const void* in, void* out, const std::vector<i
   for (int r = 0; r < size_ && s.ok(); ++r) {
     if (counts[r] > 0) {
       // recvbuff is only written on the root of each reduce.
-      s = DADT_NCCL_STATUS("reducescatter", ncclReduce(static_cast<const char*>(in) + off * esize, out, counts[r], type, nop, r, comm_, stream_));
+      s = Guarded("reducescatter", [&](ncclComm_t c) {
+        return ncclReduce(static_cast<const char*>(in) + off * esize, out, counts[r], type, nop, r, c, stream_);
+      });
     }
     off += counts[r];
   }
@@ -236,7 +264,9 @@ Status NcclBackend::Reducescatter(const void* in, void* out, const std::vector<i
 
 Status NcclBackend::Barrier() {
   DADT_RETURN_IF_ERROR(CheckUsable());
-  DADT_RETURN_IF_ERROR(Finish("barrier", DADT_NCCL_STATUS("barrier", ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclInt32, ncclSum, comm_, stream_))));
+  DADT_RETURN_IF_ERROR(Finish("barrier", Guarded("barrier", [&](ncclComm_t c) {
+    return ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclInt32, ncclSum, c, stream_);
+  })));
   return Finish("barrier", DADT_CUDA_STATUS("barrier", cudaStreamSynchronize(stream_)));
 }
 

@@ -29,7 +29,6 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -63,6 +62,10 @@ class NcclBackend final : public Backend {
   // Polls until the communicator has no operation in progress; aborts it after the timeout.
   Status WaitReady(const char* what);
   Status CheckUsable() const;
+  // Runs call(comm_) under comm_mu_ unless the communicator was aborted: Abort() may come from the
+  // completion thread, and ncclCommAbort frees the communicator.
+  template <typename Call>
+  Status Guarded(const char* what, Call call);
   // Records `status` as the backend's failure (aborting the communicator) when it is not OK.
   Status Finish(const char* what, Status status);
 
@@ -72,8 +75,8 @@ class NcclBackend final : public Backend {
   const std::chrono::milliseconds timeout_;
   cudaStream_t stream_;
   ncclComm_t comm_;
-  std::once_flag abort_once_;
-  std::atomic<bool> aborted_{false};
+  std::mutex comm_mu_;  // every use of comm_ once another thread may abort it
+  bool aborted_ = false;  // guarded by comm_mu_
   Status broken_;
   void* barrier_buf_ = nullptr;  // one int32 on the device
 };
