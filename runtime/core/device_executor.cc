@@ -11,7 +11,8 @@ StatusOr<std::unique_ptr<DeviceExecutor>> DeviceExecutor::Create(const std::stri
                                                                  int device,
                                                                  backends::BackendOptions options,
                                                                  Completer complete) {
-  std::unique_ptr<DeviceExecutor> x(new DeviceExecutor(options.size, options.rank, std::move(complete)));
+  std::unique_ptr<DeviceExecutor> x(
+      new DeviceExecutor(options.size, options.rank, std::move(complete)));
   backends::DeviceOptions dopts;
   dopts.device = device;
   dopts.timeout = options.timeout;
@@ -158,7 +159,9 @@ Status DeviceExecutor::Allreduce(const Response& r, const std::vector<TensorEntr
   }
   DADT_RETURN_IF_ERROR(device_->Copy(in));
   DADT_RETURN_IF_ERROR(device_->Scale(buf, total, r.dtype, r.prescale));
-  if (total > 0) DADT_RETURN_IF_ERROR(backend_->Allreduce(buf, total, r.dtype, BackendOp(r.reduce_op)));
+  if (total > 0) {
+    DADT_RETURN_IF_ERROR(backend_->Allreduce(buf, total, r.dtype, BackendOp(r.reduce_op)));
+  }
   DADT_RETURN_IF_ERROR(PostProcess(r, buf, total));
   return device_->Copy(out);
 }
@@ -168,7 +171,9 @@ StatusOr<std::unique_ptr<HostBuffer>> DeviceExecutor::Allgather(const Response& 
   GatherLayout l = AllgatherLayout(e.request.shape, r.dtype, r.sizes, size_);
   auto out = AllocateOutput(r.dtype, l.out_shape);
   if (!out.ok()) return out.status();
-  if ((*out)->bytes > 0) DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, (*out)->ptr(), l.bytes));
+  if ((*out)->bytes > 0) {
+    DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, (*out)->ptr(), l.bytes));
+  }
   return out;
 }
 
@@ -210,7 +215,8 @@ StatusOr<std::unique_ptr<HostBuffer>> DeviceExecutor::Reducescatter(const Respon
   auto out = AllocateOutput(r.dtype, WithFirstDim(shape, ScatterRows(d0, size_, rank_)));
   if (!out.ok()) return out.status();
   if (total > 0) {
-    DADT_RETURN_IF_ERROR(backend_->Reducescatter(in, (*out)->ptr(), counts, r.dtype, BackendOp(r.reduce_op)));
+    DADT_RETURN_IF_ERROR(
+        backend_->Reducescatter(in, (*out)->ptr(), counts, r.dtype, BackendOp(r.reduce_op)));
   }
   DADT_RETURN_IF_ERROR(PostProcess(r, (*out)->ptr(), counts[rank_]));
   return out;

@@ -103,7 +103,9 @@ Status CudaDevice::WaitForStream(uintptr_t framework_stream) {
   if (!event.ok()) return event.status();
   auto s = reinterpret_cast<cudaStream_t>(framework_stream);
   Status st = DADT_CUDA_STATUS("record framework stream", cudaEventRecord(*event, s));
-  if (st.ok()) st = DADT_CUDA_STATUS("wait for framework stream", cudaStreamWaitEvent(stream_, *event, 0));
+  if (st.ok()) {
+    st = DADT_CUDA_STATUS("wait for framework stream", cudaStreamWaitEvent(stream_, *event, 0));
+  }
   // The event may be reused right away: the wait above captured its state at this point.
   free_events_.push_back(*event);
   return st;
@@ -131,14 +133,16 @@ Status CudaDevice::Scale(void* buf, int64_t count, DataType dtype, double factor
   if (dtype == DataType::kBool) {
     return InvalidArgument("bool tensors cannot be scaled (prescale/postscale/Average)");
   }
-  DADT_CUDA_CHECK("scale", dadt_cuda::LaunchScale(buf, count, static_cast<int>(dtype), factor, stream_));
+  DADT_CUDA_CHECK("scale",
+                  dadt_cuda::LaunchScale(buf, count, static_cast<int>(dtype), factor, stream_));
   return Status::OK();
 }
 
 Status CudaDevice::Divide(void* buf, int64_t count, DataType dtype, int64_t divisor) {
   if (count == 0) return Status::OK();
   if (dtype == DataType::kBool) return InvalidArgument("cannot average a bool tensor");
-  DADT_CUDA_CHECK("average", dadt_cuda::LaunchDivide(buf, count, static_cast<int>(dtype), divisor, stream_));
+  DADT_CUDA_CHECK("average",
+                  dadt_cuda::LaunchDivide(buf, count, static_cast<int>(dtype), divisor, stream_));
   return Status::OK();
 }
 

@@ -54,25 +54,48 @@ template <> __device__ __half FromFloat<__half>(float f) { return __float2half_r
 template <> __device__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float f) { return __float2bfloat16(f); }
 template <> __device__ float FromFloat<float>(float f) { return f; }
 
+// Element arithmetic, as the host's ScaleBuffer/DivideBuffer (runtime/common/reduce.cc) does it:
+// 16-bit floats compute in float and round once, float32 scales by a float factor, integers scale
+// through double and saturate, and divide as integers.
+template <typename T> struct IntBounds;
+template <> struct IntBounds<uint8_t> { static constexpr uint8_t lo = 0, hi = 255; };
+template <> struct IntBounds<int8_t> { static constexpr int8_t lo = -128, hi = 127; };
+template <> struct IntBounds<int32_t> { static constexpr int32_t lo = -2147483647 - 1, hi = 2147483647; };
+template <> struct IntBounds<int64_t> {
+  static constexpr int64_t lo = -9223372036854775807LL - 1, hi = 9223372036854775807LL;
+};
+
+template <typename T> __device__ T Scaled(T x, double f) {
+  const double v = static_cast<double>(x) * f;
+  if (v != v) return 0;  // NaN
+  if (v <= static_cast<double>(IntBounds<T>::lo)) return IntBounds<T>::lo;
+  if (v >= static_cast<double>(IntBounds<T>::hi)) return IntBounds<T>::hi;
+  return static_cast<T>(v);
+}
+__device__ float Scaled(float x, double f) { return x * static_cast<float>(f); }
+__device__ double Scaled(double x, double f) { return x * f; }
+__device__ __half Scaled(__half x, double f) {
+  return FromFloat<__half>(ToFloat(x) * static_cast<float>(f));
+}
+__device__ __nv_bfloat16 Scaled(__nv_bfloat16 x, double f) {
+  return FromFloat<__nv_bfloat16>(ToFloat(x) * static_cast<float>(f));
+}
+template <typename T> __device__ T Divided(T x, int64_t d) { return x / static_cast<T>(d); }
+__device__ __half Divided(__half x, int64_t d) {
+  return FromFloat<__half>(ToFloat(x) / static_cast<float>(d));
+}
+__device__ __nv_bfloat16 Divided(__nv_bfloat16 x, int64_t d) {
+  return FromFloat<__nv_bfloat16>(ToFloat(x) / static_cast<float>(d));
+}
+
 template <typename T>
 __global__ void ScaleKernel(T* buf, int64_t n, double factor) {
-  DADT_FOR_EACH_ELEMENT(k, n) buf[k] = static_cast<T>(static_cast<double>(buf[k]) * factor);
-}
-
-template <typename H>
-__global__ void ScaleHalfKernel(H* buf, int64_t n, float factor) {
-  DADT_FOR_EACH_ELEMENT(k, n) buf[k] = FromFloat<H>(ToFloat(buf[k]) * factor);
+  DADT_FOR_EACH_ELEMENT(k, n) buf[k] = Scaled(buf[k], factor);
 }
 
 template <typename T>
-__global__ void DivideKernel(T* buf, int64_t n, T divisor) {
-  DADT_FOR_EACH_ELEMENT(k, n) buf[k] = buf[k] / divisor;
-}
-
-// 16-bit floats divide in float and round once, as the host does.
-template <typename H>
-__global__ void DivideHalfKernel(H* buf, int64_t n, float divisor) {
-  DADT_FOR_EACH_ELEMENT(k, n) buf[k] = FromFloat<H>(ToFloat(buf[k]) / divisor);
+__global__ void DivideKernel(T* buf, int64_t n, int64_t divisor) {
+  DADT_FOR_EACH_ELEMENT(k, n) buf[k] = Divided(buf[k], divisor);
 }
 
 template <typename In, typename Out>
@@ -97,49 +120,38 @@ cudaError_t LaunchCopyBatch(const CopyBatch& batch, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// Calls f with `buf` as a pointer to the element type `type` (dadt's DataType numbering); false
+// for a type the kernels do not handle (bool).
+template <typename F>
+bool WithElementType(void* buf, int type, F f) {
+  switch (type) {
+    case kScaleFloat16: f(static_cast<__half*>(buf)); return true;
+    case kScaleBfloat16: f(static_cast<__nv_bfloat16*>(buf)); return true;
+    case kScaleFloat32: f(static_cast<float*>(buf)); return true;
+    case kScaleFloat64: f(static_cast<double*>(buf)); return true;
+    case kScaleInt32: f(static_cast<int32_t*>(buf)); return true;
+    case kScaleInt64: f(static_cast<int64_t*>(buf)); return true;
+    case kScaleUint8: f(static_cast<uint8_t*>(buf)); return true;
+    case kScaleInt8: f(static_cast<int8_t*>(buf)); return true;
+    default: return false;
+  }
+}
+
 cudaError_t LaunchScale(void* buf, int64_t n, int type, double factor, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  const unsigned blocks = Blocks(n);
-  switch (type) {
-    case kScaleFloat16:
-      ScaleHalfKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(buf), n,
-                                                       static_cast<float>(factor));
-      break;
-    case kScaleBfloat16:
-      ScaleHalfKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(buf), n,
-                                                       static_cast<float>(factor));
-      break;
-    case kScaleFloat32: ScaleKernel<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(buf), n, factor); break;
-    case kScaleFloat64: ScaleKernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(buf), n, factor); break;
-    case kScaleInt32: ScaleKernel<<<blocks, kThreads, 0, stream>>>(static_cast<int32_t*>(buf), n, factor); break;
-    case kScaleInt64: ScaleKernel<<<blocks, kThreads, 0, stream>>>(static_cast<int64_t*>(buf), n, factor); break;
-    case kScaleUint8: ScaleKernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint8_t*>(buf), n, factor); break;
-    case kScaleInt8: ScaleKernel<<<blocks, kThreads, 0, stream>>>(static_cast<int8_t*>(buf), n, factor); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  const bool known = WithElementType(buf, type, [&](auto* p) {
+    ScaleKernel<<<Blocks(n), kThreads, 0, stream>>>(p, n, factor);
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchDivide(void* buf, int64_t n, int type, int64_t d, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (d <= 0) return cudaErrorInvalidValue;
-  const unsigned blocks = Blocks(n);
-  switch (type) {
-    case kScaleFloat16:
-      DivideHalfKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(buf), n, static_cast<float>(d));
-      break;
-    case kScaleBfloat16:
-      DivideHalfKernel<<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(buf), n, static_cast<float>(d));
-      break;
-    case kScaleFloat32: DivideKernel<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(buf), n, static_cast<float>(d)); break;
-    case kScaleFloat64: DivideKernel<<<blocks, kThreads, 0, stream>>>(static_cast<double*>(buf), n, static_cast<double>(d)); break;
-    case kScaleInt32: DivideKernel<<<blocks, kThreads, 0, stream>>>(static_cast<int32_t*>(buf), n, static_cast<int32_t>(d)); break;
-    case kScaleInt64: DivideKernel<<<blocks, kThreads, 0, stream>>>(static_cast<int64_t*>(buf), n, d); break;
-    case kScaleUint8: DivideKernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint8_t*>(buf), n, static_cast<uint8_t>(d)); break;
-    case kScaleInt8: DivideKernel<<<blocks, kThreads, 0, stream>>>(static_cast<int8_t*>(buf), n, static_cast<int8_t>(d)); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  const bool known = WithElementType(buf, type, [&](auto* p) {
+    DivideKernel<<<Blocks(n), kThreads, 0, stream>>>(p, n, d);
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 cudaError_t LaunchFloatToHalf(const float* in, void* out, int64_t n, cudaStream_t stream) {

@@ -67,7 +67,9 @@ Status PollComm(const char* what, std::chrono::milliseconds timeout, Query query
     ncclResult_t state = ncclSuccess;
     DADT_RETURN_IF_ERROR(query(&state));
     if (state == ncclSuccess) return Status::OK();
-    if (state != ncclInProgress) return internal::StatusFromNcclResult(state, what, __FILE__, __LINE__);
+    if (state != ncclInProgress) {
+      return internal::StatusFromNcclResult(state, what, __FILE__, __LINE__);
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       return TimeoutError(std::string("NCCL ") + what + " did not finish within " +
                           std::to_string(timeout.count()) + " ms");
@@ -147,7 +149,8 @@ Status NcclBackend::AsyncError() {
     if (state == ncclSuccess || state == ncclInProgress) return Status::OK();
     last = ncclGetLastError(comm_);
   }
-  return internal::StatusFromNcclResult(state, "collective (asynchronous)", __FILE__, __LINE__, last);
+  return internal::StatusFromNcclResult(state, "collective (asynchronous)", __FILE__, __LINE__,
+                                        last);
 }
 
 template <typename Call>
@@ -158,7 +161,9 @@ Status NcclBackend::Guarded(const char* what, Call call) {
 }
 
 Status NcclBackend::CheckUsable() const {
-  if (!broken_.ok()) return Aborted("NCCL backend is unusable after an earlier failure: " + broken_.message());
+  if (!broken_.ok()) {
+    return Aborted("NCCL backend is unusable after an earlier failure: " + broken_.message());
+  }
   return Status::OK();  // an abort from another thread is seen by the first Guarded call
 }
 
@@ -182,7 +187,9 @@ Status NcclBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp
   ncclDataType_t type;
   ncclRedOp_t nop;
   DADT_RETURN_IF_ERROR(internal::NcclTypeAndOp(dtype, op, &type, &nop));
-  return Finish("allreduce", Guarded("allreduce", [&](ncclComm_t c) { return ncclAllReduce(buf, buf, count, type, nop, c, stream_); }));
+  return Finish("allreduce", Guarded("allreduce", [&](ncclComm_t c) {
+                  return ncclAllReduce(buf, buf, count, type, nop, c, stream_);
+                }));
 }
 
 Status NcclBackend::Allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes) {
@@ -190,7 +197,9 @@ Status NcclBackend::Allgatherv(const void* in, void* out, const std::vector<int6
   bool equal = true;
   for (int64_t b : bytes) equal = equal && b == bytes[0];
   if (equal) {
-    return Finish("allgather", Guarded("allgather", [&](ncclComm_t c) { return ncclAllGather(in, out, bytes[0], ncclInt8, c, stream_); }));
+    return Finish("allgather", Guarded("allgather", [&](ncclComm_t c) {
+                    return ncclAllGather(in, out, bytes[0], ncclInt8, c, stream_);
+                  }));
   }
   Status s = DADT_NCCL_STATUS("allgatherv group", ncclGroupStart());
   int64_t off = 0;
@@ -207,7 +216,9 @@ Status NcclBackend::Allgatherv(const void* in, void* out, const std::vector<int6
 
 Status NcclBackend::Broadcast(void* buf, int64_t bytes, int root) {
   DADT_RETURN_IF_ERROR(CheckUsable());
-  return Finish("broadcast", Guarded("broadcast", [&](ncclComm_t c) { return ncclBroadcast(buf, buf, bytes, ncclInt8, root, c, stream_); }));
+  return Finish("broadcast", Guarded("broadcast", [&](ncclComm_t c) {
+                  return ncclBroadcast(buf, buf, bytes, ncclInt8, root, c, stream_);
+                }));
 }
 
 Status NcclBackend::Alltoallv(const void* in, const std::vector<int64_t>& send_bytes, void* out,
@@ -218,7 +229,8 @@ Status NcclBackend::Alltoallv(const void* in, const std::vector<int64_t>& send_b
   for (int r = 0; r < size_ && s.ok(); ++r) {
     if (send_bytes[r] > 0) {
       s = Guarded("alltoall send", [&](ncclComm_t c) {
-        return ncclSend(static_cast<const char*>(in) + send_off, send_bytes[r], ncclInt8, r, c, stream_);
+        const char* src = static_cast<const char*>(in) + send_off;
+        return ncclSend(src, send_bytes[r], ncclInt8, r, c, stream_);
       });
     }
     if (s.ok() && recv_bytes[r] > 0) {
@@ -253,7 +265,8 @@ Status NcclBackend::Reducescatter(const void* in, void* out, const std::vector<i
     if (counts[r] > 0) {
       // recvbuff is only written on the root of each reduce.
       s = Guarded("reducescatter", [&](ncclComm_t c) {
-        return ncclReduce(static_cast<const char*>(in) + off * esize, out, counts[r], type, nop, r, c, stream_);
+        const char* src = static_cast<const char*>(in) + off * esize;
+        return ncclReduce(src, out, counts[r], type, nop, r, c, stream_);
       });
     }
     off += counts[r];

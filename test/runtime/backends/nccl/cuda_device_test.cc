@@ -85,6 +85,20 @@ TEST_F(CudaDeviceTest, ScaleAndFp16CastOnTheDevice) {
   EXPECT_EQ(ctx_->Cast(f, DataType::kFloat64, f, DataType::kFloat16, 1).code(), StatusCode::kUnimplemented);
 }
 
+// The device matches the host's ScaleBuffer/DivideBuffer: integers saturate and divide as integers.
+TEST_F(CudaDeviceTest, IntegerScaleSaturatesAndAverageDividesLikeTheHost) {
+  std::vector<int8_t> i8 = {1, -2, 100, -100};
+  void* a = Upload(i8.data(), 4);
+  ASSERT_TRUE(ctx_->Scale(a, 4, DataType::kInt8, 2.0).ok());
+  std::vector<int32_t> i32 = {7, -7, 9, 0};
+  void* b = Upload(i32.data(), 16);
+  ASSERT_TRUE(ctx_->Divide(b, 4, DataType::kInt32, 3).ok());
+  ASSERT_TRUE(Drain().ok());
+  EXPECT_EQ(Download<int8_t>(a, 4), (std::vector<int8_t>{2, -4, 127, -128}));
+  EXPECT_EQ(Download<int32_t>(b, 4), (std::vector<int32_t>{2, -2, 3, 0}));
+  EXPECT_EQ(ctx_->Divide(b, 4, DataType::kBool, 2).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(CudaDeviceTest, EveryCollectiveAtOneRankOnTheContextsStream) {
   testutil::InMemoryKeyValueStore store;
   BackendOptions o;
