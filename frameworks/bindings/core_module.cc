@@ -133,7 +133,8 @@ std::vector<std::string> BuiltBackends() {
 
 int64_t Enqueue(int op_type, const std::string& name, py::handle input, py::handle output,
                 int reduce_op, double prescale, double postscale, int root_rank,
-                std::optional<std::vector<int64_t>> splits, int64_t group_id, int group_size) {
+                std::optional<std::vector<int64_t>> splits, int64_t group_id, int group_size,
+                uintptr_t stream, int staged_device) {
   const DLTensor* in = TensorFromCapsule(input, "input");
   const DLTensor* out = TensorFromCapsule(output, "output");
   dadt_op_desc desc;
@@ -148,6 +149,8 @@ int64_t Enqueue(int op_type, const std::string& name, py::handle input, py::hand
   desc.num_splits = splits ? static_cast<int32_t>(splits->size()) : 0;
   desc.group_id = group_id;
   desc.group_size = group_size;
+  desc.stream = stream;
+  desc.staged_device = staged_device;
   int64_t handle;
   {
     py::gil_scoped_release release;
@@ -313,7 +316,40 @@ PYBIND11_MODULE(_core, m) {
         py::arg("output") = py::none(), py::arg("reduce_op") = DADT_REDUCE_AVERAGE,
         py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("root_rank") = 0,
         py::arg("splits") = py::none(), py::arg("group_id") = -1, py::arg("group_size") = 0,
-        "Enqueues a collective on DLPack capsules (not consumed); returns its handle.");
+        py::arg("stream") = 0, py::arg("staged_device") = -1,
+        "Enqueues a collective on DLPack capsules (not consumed); returns its handle. GPU "
+        "tensors: `stream` is the framework's current cudaStream_t; `staged_device` >= 0 marks a "
+        "host copy of a tensor on that GPU.");
+  m.def("device_backend", [] {
+    const char* name = dadt_device_backend();
+    return name ? py::object(py::str(name)) : py::object(py::none());
+  }, "The engine moving GPU tensors (\"nccl\"), or None: the front end stages them through host memory.");
+  m.def("cuda_cast", [](py::handle input, py::handle output, uintptr_t stream) {
+    const DLTensor* in = TensorFromCapsule(input, "input");
+    const DLTensor* out = TensorFromCapsule(output, "output");
+    int rc;
+    {
+      py::gil_scoped_release release;
+      rc = dadt_cuda_cast(in, out, stream);
+    }
+    CheckStatus(rc);
+  }, py::arg("input"), py::arg("output"), py::arg("stream"),
+        "float32 <-> float16 of CUDA tensors with the runtime's kernel on `stream`.");
+  m.def("cuda_fusion_copy_seconds", [](int device, int64_t span_bytes, int spans, int iters) {
+    double seconds = 0;
+    int rc;
+    {
+      py::gil_scoped_release release;
+      rc = dadt_cuda_fusion_copy_seconds(device, span_bytes, spans, iters, &seconds);
+    }
+    CheckStatus(rc);
+    return seconds;
+  }, py::arg("device"), py::arg("span_bytes"), py::arg("spans"), py::arg("iters"),
+        "Median seconds of one batched fusion pack on the GPU (benchmark hook).");
+  m.def("cuda_available", [] {
+    const bool ok = dadt_cuda_available() == 1;
+    return py::make_tuple(ok, ok ? std::string() : std::string(dadt_last_error()));
+  }, "(True, '') when this build has CUDA and sees a device; else (False, why).");
   m.def("poll", &Poll, py::arg("handle"), "True when the handle has completed.");
   m.def("wait", &Wait, py::arg("handle"),
         "Blocks (GIL released) until the handle completes; raises CoreError on failure.");
