@@ -1,5 +1,6 @@
 #include "runtime/backends/mpi/mpi_control_transport.h"
 
+#include <algorithm>
 #include <climits>
 #include <thread>
 
@@ -12,8 +13,9 @@ namespace mpi {
 namespace {
 
 constexpr int kControlTag = 7001;
-// Probe quickly right after traffic (a step's tensors arrive in bursts), slowly when idle so
-// that an idle runtime does not burn a core.
+// Probe quickest while a response (or a worker's request) is due, quickly right after traffic (a
+// step's tensors arrive in bursts), slowly when idle so that an idle runtime does not burn a core.
+constexpr std::chrono::microseconds kAwaitPoll(25);
 constexpr std::chrono::microseconds kBusyPoll(50);
 constexpr std::chrono::microseconds kIdlePoll(1000);
 constexpr std::chrono::milliseconds kBusyWindow(20);
@@ -88,8 +90,13 @@ Status MpiControlTransport::Reap() {
   return Status::OK();
 }
 
-std::chrono::microseconds MpiControlTransport::poll_interval() const {
-  return std::chrono::steady_clock::now() - last_message_ < kBusyWindow ? kBusyPoll : kIdlePoll;
+std::chrono::microseconds MpiControlTransport::poll_interval(bool awaiting) {
+  const auto now = std::chrono::steady_clock::now();
+  if (awaiting && !awaiting_) await_start_ = now;
+  awaiting_ = awaiting;
+  const auto last = awaiting ? std::max(last_message_, await_start_) : last_message_;
+  if (now - last >= kBusyWindow) return kIdlePoll;
+  return awaiting ? kAwaitPoll : kBusyPoll;
 }
 
 Status MpiControlTransport::ReadAvailable(std::vector<std::pair<int, std::string>>* out) {

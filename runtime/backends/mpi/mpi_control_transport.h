@@ -12,7 +12,12 @@
 // response cache's bit-vector allreduce, as Horovod's MPI controller runs): negotiation stays
 // event-driven on every transport, so a rank that has nothing to say sends nothing, and the
 // coordinator answers as soon as a tensor is ready everywhere. MPI has no descriptor to poll, so
-// the loop probes for messages every poll_interval() (MPI_Iprobe costs well under a microsecond).
+// the loop probes for messages every poll_interval() (MPI_Iprobe costs well under a microsecond):
+// every 25 us while this rank has collectives in flight (their requests or responses are due),
+// every 50 us otherwise, each for 20 ms after the last message or the last start of awaiting (a
+// step's tensors arrive in bursts), and every 1 ms after that, so that an idle runtime, or one
+// waiting long for a late rank, does not burn a core. The loop thread asks for precise
+// timers (runtime.cc) so that these intervals are not stretched by the default 50 us timer slack.
 //
 // Geometry comes from MPI (mpi_env.h): rank and size in the communicator, local ranks from
 // MPI_Comm_split_type(SHARED), cross ranks from a split by local rank.
@@ -43,7 +48,7 @@ class MpiControlTransport final : public ControlTransport {
   Status SendToCoordinator(const std::string& payload) override;
   Status Broadcast(const std::string& payload) override;
   const std::vector<int>& fds() const override { return no_fds_; }
-  std::chrono::microseconds poll_interval() const override;
+  std::chrono::microseconds poll_interval(bool awaiting) override;
   Status ReadAvailable(std::vector<std::pair<int, std::string>>* out) override;
   int closed_rank() const override { return -1; }
   bool multi_threaded() const override { return thread_level_ == MPI_THREAD_MULTIPLE; }
@@ -66,7 +71,9 @@ class MpiControlTransport final : public ControlTransport {
   const std::chrono::milliseconds timeout_;
   const std::vector<int> no_fds_;
   std::list<Pending> pending_;
-  mutable std::chrono::steady_clock::time_point last_message_{};
+  std::chrono::steady_clock::time_point last_message_{};
+  bool awaiting_ = false;                               // as of the last poll_interval()
+  std::chrono::steady_clock::time_point await_start_{};  // when awaiting_ last became true
 };
 
 }  // namespace mpi
