@@ -13,8 +13,9 @@
 // event-driven on every transport, so a rank that has nothing to say sends nothing, and the
 // coordinator answers as soon as a tensor is ready everywhere. MPI has no descriptor to poll, so
 // the loop probes for messages every poll_interval() (MPI_Iprobe costs well under a microsecond):
-// every 5 us for the first 200 us after this rank starts awaiting (it has collectives in flight)
-// or gets a message, since the answer usually follows at once when every rank is ready; every
+// while this rank has collectives in flight, every 5 us for the first 200 us after it starts
+// awaiting or gets a message, since the answer usually follows at once when every rank is ready;
+// otherwise every
 // 100 us for 20 ms after the last message; every 1 ms after that, so that an idle runtime, or one
 // awaiting a late rank, does not burn a core (about 7% of one while a peer is 15 ms late). The
 // loop thread asks for 1 us timer slack (runtime.cc), so these sleeps are not stretched by the
