@@ -48,8 +48,7 @@ class ControlTransport {
   // has collectives submitted and not yet executed (a response, or a request, is due soon). Called
   // once per loop iteration, so a transport may track how long it has been awaiting.
   virtual const std::vector<int>& fds() const = 0;
-  virtual std::chrono::microseconds poll_interval(bool awaiting) {
-    (void)awaiting;
+  virtual std::chrono::microseconds poll_interval(bool /*awaiting*/) {
     return std::chrono::microseconds(0);
   }
   // Reads every complete message available without blocking; appends (sender rank, payload).

@@ -15,11 +15,10 @@
 // the loop probes for messages every poll_interval() (MPI_Iprobe costs well under a microsecond):
 // while this rank has collectives in flight, every 5 us for the first 200 us after it starts
 // awaiting or gets a message, since the answer usually follows at once when every rank is ready;
-// otherwise every
-// 100 us for 20 ms after the last message; every 1 ms after that, so that an idle runtime, or one
-// awaiting a late rank, does not burn a core (about 7% of one while a peer is 15 ms late). The
-// loop thread asks for 1 us timer slack (runtime.cc), so these sleeps are not stretched by the
-// kernel's default 50 us.
+// otherwise every 100 us for 20 ms after the last message, and every 1 ms after that, so that an
+// idle runtime, or one awaiting a late rank, does not burn a core (about 7% of one while a peer is
+// 15 ms late). The loop thread asks for 1 us timer slack (runtime.cc), so these sleeps are not
+// stretched by the kernel's default 50 us.
 //
 // Geometry comes from MPI (mpi_env.h): rank and size in the communicator, local ranks from
 // MPI_Comm_split_type(SHARED), cross ranks from a split by local rank.
