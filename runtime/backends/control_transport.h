@@ -44,9 +44,13 @@ class ControlTransport {
   // Coordinator -> every worker, in order.
   virtual Status Broadcast(const std::string& payload) = 0;
   // Descriptors the loop can poll() for input. Empty when the transport has none (MPI): the loop
-  // then calls ReadAvailable every poll_interval().
+  // then calls ReadAvailable every poll_interval(awaiting), where `awaiting` says that this rank
+  // has collectives submitted and not yet executed (a response, or a request, is due soon). Called
+  // once per loop iteration, so a transport may track how long it has been awaiting.
   virtual const std::vector<int>& fds() const = 0;
-  virtual std::chrono::microseconds poll_interval() const { return std::chrono::microseconds(0); }
+  virtual std::chrono::microseconds poll_interval(bool /*awaiting*/) {
+    return std::chrono::microseconds(0);
+  }
   // Reads every complete message available without blocking; appends (sender rank, payload).
   virtual Status ReadAvailable(std::vector<std::pair<int, std::string>>* out) = 0;
   // The rank whose connection closed (after ReadAvailable failed), or -1.

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -563,6 +564,10 @@ bool Runtime::HandleResponses(const ResponseList& list) {
 }
 
 void Runtime::Loop() {
+  // A transport probed on a timer (MPI) sleeps for tens of microseconds at a time: without this
+  // the kernel may let each sleep run 50 us long (the default timer slack), doubling the
+  // negotiation latency. The slack is per thread; this one is the loop thread.
+  if (channel_->fds().empty()) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   std::vector<pollfd> fds;
   fds.push_back(pollfd{queue_.wake_fd(), POLLIN, 0});
   for (int fd : channel_->fds()) fds.push_back(pollfd{fd, POLLIN, 0});
@@ -581,7 +586,7 @@ void Runtime::Loop() {
     }
     if (shutdown_requested_ && !shutdown_sent_) timeout_ms = 0;
     // A transport without descriptors (MPI) is probed every poll_interval().
-    const auto probe = channel_->fds().empty() ? channel_->poll_interval()
+    const auto probe = channel_->fds().empty() ? channel_->poll_interval(!entries_.empty())
                                                : std::chrono::microseconds(0);
     if (probe.count() > 0 && (timeout_ms < 0 || timeout_ms * 1000 > probe.count())) {
       const timespec ts{0, static_cast<long>(probe.count()) * 1000};

@@ -17,6 +17,11 @@ namespace {
 // MPI counts are ints: larger buffers go in pieces of this many elements (or bytes).
 constexpr int64_t kMaxChunk = INT_MAX;
 
+// Exchanging collectives of at least this many bytes start with a barrier (mpi_backend.h,
+// "Aligned start"). Below it the transfer is too short for the serialisation to cost more than
+// the barrier's round trip.
+constexpr int64_t kAlignedStartBytes = int64_t{1} << 20;
+
 [[maybe_unused]] const bool kRegistered = BackendRegistry::Register("mpi", &MpiBackend::Create);
 
 bool Overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
@@ -72,6 +77,11 @@ Status MpiBackend::Finish(Status status) {
   return broken_;
 }
 
+Status MpiBackend::AlignStart(int64_t bytes) {
+  if (size_ < 2 || bytes < kAlignedStartBytes) return Status::OK();
+  return Finish(DADT_MPI_STATUS("barrier", MPI_Barrier(comm_)));
+}
+
 Status MpiBackend::ToCounts(const char* what, const std::vector<int64_t>& v,
                             std::vector<int>* counts, std::vector<int>* displs) const {
   if (static_cast<int>(v.size()) != size_) {
@@ -107,6 +117,7 @@ Status MpiBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp 
   DADT_RETURN_IF_ERROR(internal::MpiTypeAndOp(dtype, op, &type, &mpi_op));
   char* p = static_cast<char*>(buf);
   const int64_t width = static_cast<int64_t>(DataTypeSize(dtype));
+  DADT_RETURN_IF_ERROR(AlignStart(count * width));
   for (int64_t done = 0; done < count;) {
     const int n = static_cast<int>(std::min(count - done, kMaxChunk));
     DADT_RETURN_IF_ERROR(Finish(DADT_MPI_STATUS(
@@ -123,6 +134,8 @@ Status MpiBackend::Allgatherv(const void* in, void* out,
   DADT_RETURN_IF_ERROR(ToCounts("allgatherv", bytes_per_rank, &counts, &displs));
   char* dst = static_cast<char*>(out);
   const void* send = in == dst + displs[rank_] ? MPI_IN_PLACE : in;
+  DADT_RETURN_IF_ERROR(AlignStart(
+      std::accumulate(bytes_per_rank.begin(), bytes_per_rank.end(), int64_t{0})));
   return Finish(DADT_MPI_STATUS(
       "allgatherv", MPI_Allgatherv(send, counts[rank_], MPI_BYTE, dst, counts.data(),
                                    displs.data(), MPI_BYTE, comm_)));
@@ -180,6 +193,7 @@ Status MpiBackend::Reducescatter(const void* in, void* out,
     scratch_.assign(static_cast<const char*>(in), static_cast<const char*>(in) + total * width);
     in = scratch_.data();
   }
+  DADT_RETURN_IF_ERROR(AlignStart(total * width));
   return Finish(DADT_MPI_STATUS(
       "reducescatter", MPI_Reduce_scatter(in, out, counts.data(), type, mpi_op, comm_)));
 }

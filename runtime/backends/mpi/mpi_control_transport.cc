@@ -1,5 +1,6 @@
 #include "runtime/backends/mpi/mpi_control_transport.h"
 
+#include <algorithm>
 #include <climits>
 #include <thread>
 
@@ -12,9 +13,13 @@ namespace mpi {
 namespace {
 
 constexpr int kControlTag = 7001;
-// Probe quickly right after traffic (a step's tensors arrive in bursts), slowly when idle so
-// that an idle runtime does not burn a core.
-constexpr std::chrono::microseconds kBusyPoll(50);
+// Probe every few microseconds for a short while after this rank starts awaiting a response (or
+// a worker's request) or gets a message, since the answer usually follows at once when every rank
+// is ready; then every 100 us while traffic flows (a step's tensors arrive in bursts); then slowly,
+// so that an idle runtime, or one awaiting a late rank, does not burn a core.
+constexpr std::chrono::microseconds kAwaitPoll(5);
+constexpr std::chrono::microseconds kAwaitWindow(200);
+constexpr std::chrono::microseconds kBusyPoll(100);
 constexpr std::chrono::microseconds kIdlePoll(1000);
 constexpr std::chrono::milliseconds kBusyWindow(20);
 
@@ -88,8 +93,13 @@ Status MpiControlTransport::Reap() {
   return Status::OK();
 }
 
-std::chrono::microseconds MpiControlTransport::poll_interval() const {
-  return std::chrono::steady_clock::now() - last_message_ < kBusyWindow ? kBusyPoll : kIdlePoll;
+std::chrono::microseconds MpiControlTransport::poll_interval(bool awaiting) {
+  const auto now = std::chrono::steady_clock::now();
+  if (awaiting && !awaiting_) await_start_ = now;
+  awaiting_ = awaiting;
+  const auto since = now - (awaiting ? std::max(last_message_, await_start_) : last_message_);
+  if (awaiting && since < kAwaitWindow) return kAwaitPoll;
+  return since < kBusyWindow ? kBusyPoll : kIdlePoll;
 }
 
 Status MpiControlTransport::ReadAvailable(std::vector<std::pair<int, std::string>>* out) {

@@ -73,21 +73,50 @@ TEST_P(BackendConformanceTest, AllreduceEveryDtypeOpAndCount) {
   });
 }
 
+// Rank `rank`'s float32 inputs 0..count-1 for `op`.
+std::vector<float> FloatInputs(int rank, int64_t count, ReduceOp op) {
+  std::vector<float> v(count);
+  for (int64_t i = 0; i < count; ++i) {
+    v[i] = static_cast<float>(Input(rank, i, DataType::kFloat32, op));
+  }
+  return v;
+}
+
+// How many of `got` (elements offset.. of the reduction over n ranks) differ from the expected.
+int64_t CountWrongFloats(const std::vector<float>& got, int64_t offset, int n, ReduceOp op) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    bad += got[i] != static_cast<float>(Expected(n, offset + i, DataType::kFloat32, op));
+  }
+  return bad;
+}
+
 TEST_P(BackendConformanceTest, AllreduceLargeFloat32) {
   const int n = size();
   const int64_t count = 1 << 20;  // several pipeline segments per rank
   Run([n, count](int rank, Backend& b) {
     for (ReduceOp op : kAllOps) {
-      std::vector<float> buf(count);
-      for (int64_t i = 0; i < count; ++i) {
-        buf[i] = static_cast<float>(Input(rank, i, DataType::kFloat32, op));
-      }
+      std::vector<float> buf = FloatInputs(rank, count, op);
       EXPECT_OK(b.Allreduce(buf.data(), count, DataType::kFloat32, op));
-      int64_t bad = 0;
-      for (int64_t i = 0; i < count; ++i) {
-        bad += buf[i] != static_cast<float>(Expected(n, i, DataType::kFloat32, op));
-      }
-      EXPECT_EQ(bad, 0) << "rank " << rank << " " << ReduceOpName(op);
+      EXPECT_EQ(CountWrongFloats(buf, 0, n, op), 0) << "rank " << rank << " " << ReduceOpName(op);
+    }
+  });
+}
+
+// Over 1 MiB in all, so that the MPI backend starts it with its barrier (mpi_backend.h), with
+// uneven counts.
+TEST_P(BackendConformanceTest, ReducescatterLargeFloat32) {
+  const int n = size();
+  std::vector<int64_t> counts = EvenSplit(int64_t{1} << 19, n);
+  counts[n - 1] += 777;
+  Run([n, &counts](int rank, Backend& b) {
+    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    const int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
+    for (ReduceOp op : kAllOps) {
+      std::vector<float> in = FloatInputs(rank, total, op), out(counts[rank]);
+      EXPECT_OK(b.Reducescatter(in.data(), out.data(), counts, DataType::kFloat32, op));
+      EXPECT_EQ(CountWrongFloats(out, offset, n, op), 0)
+          << "rank " << rank << " " << ReduceOpName(op);
     }
   });
 }
@@ -96,14 +125,15 @@ TEST_P(BackendConformanceTest, AllgathervUnevenAndEmptyContributions) {
   const int n = size();
   std::vector<std::vector<int64_t>> patterns;
   patterns.push_back(std::vector<int64_t>(n, 0));  // nobody sends anything
-  std::vector<int64_t> uneven(n), first_empty(n), only_last(n, 0), large(n);
+  std::vector<int64_t> uneven(n), first_empty(n), only_last(n, 0), large(n), bulk(n);
   for (int r = 0; r < n; ++r) {
     uneven[r] = (r * 37 + 5) % 11;
     first_empty[r] = r == 0 ? 0 : r * 3 + 1;
     large[r] = 100000 + r * 1001;
+    bulk[r] = (int64_t{3} << 20) / n + r * 4099;  // over 1 MiB in all: MPI's aligned start
   }
   only_last[n - 1] = 17;
-  for (const auto& p : {uneven, first_empty, only_last, large}) patterns.push_back(p);
+  for (const auto& p : {uneven, first_empty, only_last, large, bulk}) patterns.push_back(p);
 
   Run([&patterns](int rank, Backend& b) {
     for (const auto& bytes : patterns) {
