@@ -20,6 +20,22 @@ Shape WithFirstDim(const Shape& shape, int64_t first) {
   return s;
 }
 
+// The destination of an allgather / reducescatter of `bytes` bytes: the caller's output when it
+// gave one (of exactly that size), else a new runtime buffer put in *owned.
+StatusOr<void*> ResultBuffer(const TensorEntry& e, DataType dtype, const Shape& shape, int64_t bytes,
+                             std::unique_ptr<HostBuffer>* owned) {
+  if (e.output == nullptr) {
+    *owned = HostBuffer::Allocate(dtype, shape);
+    return static_cast<void*>((*owned)->data.get());
+  }
+  if (e.output_bytes != bytes) {
+    return InvalidArgument("output of '" + e.request.name + "' holds " + std::to_string(e.output_bytes) +
+                           " bytes; the " + OpTypeName(e.request.op) + " result " + ShapeString(shape) +
+                           " needs " + std::to_string(bytes));
+  }
+  return e.output;
+}
+
 ReduceOp BackendOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
 Status Scale(void* buf, int64_t n, DataType dtype, double factor) {
@@ -218,10 +234,10 @@ Status Executor::Allgather(const Response& r, TensorEntry& e) {
     bytes[i] = r.sizes[i] * row_bytes;
     rows += r.sizes[i];
   }
-  auto out = HostBuffer::Allocate(r.dtype, WithFirstDim(shape, rows));
-  DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, out->data.get(), bytes));
   HandleResult res;
-  res.output = std::move(out);
+  auto out = ResultBuffer(e, r.dtype, WithFirstDim(shape, rows), rows * row_bytes, &res.output);
+  if (!out.ok()) return out.status();
+  DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, *out, bytes));
   Finish(e, std::move(res));
   return Status::OK();
 }
@@ -268,11 +284,12 @@ Status Executor::Reducescatter(const Response& r, TensorEntry& e) {
     in = staged;
   }
   const int64_t my_rows = d0 / size_ + (rank_ < d0 % size_ ? 1 : 0);
-  auto out = HostBuffer::Allocate(r.dtype, WithFirstDim(shape, my_rows));
-  DADT_RETURN_IF_ERROR(backend_->Reducescatter(in, out->data.get(), counts, r.dtype, BackendOp(r.reduce_op)));
-  DADT_RETURN_IF_ERROR(PostProcess(r, size_, out->data.get(), counts[rank_]));
   HandleResult res;
-  res.output = std::move(out);
+  auto out = ResultBuffer(e, r.dtype, WithFirstDim(shape, my_rows),
+                          counts[rank_] * static_cast<int64_t>(DataTypeSize(r.dtype)), &res.output);
+  if (!out.ok()) return out.status();
+  DADT_RETURN_IF_ERROR(backend_->Reducescatter(in, *out, counts, r.dtype, BackendOp(r.reduce_op)));
+  DADT_RETURN_IF_ERROR(PostProcess(r, size_, *out, counts[rank_]));
   Finish(e, std::move(res));
   return Status::OK();
 }
