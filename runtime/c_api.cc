@@ -10,6 +10,7 @@
 #include <string>
 
 #include "runtime/backends/backend.h"
+#include "runtime/backends/device.h"
 #include "runtime/core/runtime.h"
 
 namespace {
@@ -82,9 +83,14 @@ DLDataType ToDLDataType(DataType d) {
 
 // Checks that `t` is host memory laid out compactly in row-major order.
 Status CheckLayout(const DLTensor& t, const std::string& name) {
-  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost) {
+  const bool gpu = t.device.device_type == kDLCUDA;
+  if (gpu && !dadt::backends::DeviceRegistry::Built()) {
     return dadt::InvalidArgument("tensor '" + name +
-                                 "' is not in host memory; GPU tensors need dadt built with NCCL");
+                                 "' is in GPU memory; GPU tensors need dadt built with CUDA and NCCL");
+  }
+  if (!gpu && t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost) {
+    return dadt::InvalidArgument("tensor '" + name + "' is on an unsupported device (DLPack type " +
+                                 std::to_string(t.device.device_type) + ")");
   }
   if (t.strides == nullptr) return Status::OK();
   int64_t expected = 1;
@@ -139,7 +145,11 @@ int dadt_init(const dadt_init_options* options) {
     if (options->fusion_threshold_bytes >= 0) opts->fusion_threshold_bytes = options->fusion_threshold_bytes;
     if (options->cycle_time_ms >= 0) opts->cycle_time_ms = options->cycle_time_ms;
     if (options->cache_capacity >= 0) opts->cache_capacity = options->cache_capacity;
-    if (options->backend && *options->backend) opts->backend = options->backend;
+    if (options->backend && *options->backend) {
+      opts->backend = options->backend;
+      // An explicit host executor stages GPU tensors through it; "nccl" sets the GPU engine.
+      if (opts->backend != "nccl") opts->device_backend.clear();
+    }
     const bool has_comm = options->struct_size >= offsetof(dadt_init_options, mpi_comm) +
                                                        sizeof(options->mpi_comm);
     if (has_comm && options->mpi_comm != 0) {
@@ -214,6 +224,47 @@ const char* dadt_built_backends(void) {
   return names.c_str();
 }
 
+const char* dadt_device_backend(void) {
+  auto rt = GetRunning();
+  return rt && !rt->options().device_backend.empty() ? rt->options().device_backend.c_str() : nullptr;
+}
+
+int dadt_cuda_available(void) {
+  std::string why;
+  if (dadt::backends::DeviceRegistry::VisibleDevices(&why) > 0) return 1;
+  Fail(dadt::PreconditionFailed(why));
+  return 0;
+}
+
+int dadt_cuda_cast(const DLTensor* in, const DLTensor* out, uintptr_t stream) {
+  auto in_type = ToDataType(in->dtype, "cast input");
+  if (!in_type.ok()) return Fail(in_type.status());
+  auto out_type = ToDataType(out->dtype, "cast output");
+  if (!out_type.ok()) return Fail(out_type.status());
+  const dadt::Shape shape(in->shape, in->shape + in->ndim);
+  if (in->device.device_type != kDLCUDA || out->device.device_type != kDLCUDA ||
+      in->device.device_id != out->device.device_id ||
+      shape != dadt::Shape(out->shape, out->shape + out->ndim)) {
+    return Fail(dadt::InvalidArgument("cuda_cast: input and output must be CUDA tensors of one "
+                                      "shape on one GPU"));
+  }
+  Status s = CheckLayout(*in, "cast input");
+  if (s.ok()) s = CheckLayout(*out, "cast output");
+  if (s.ok()) {
+    s = dadt::backends::DeviceRegistry::CastOnStream(
+        static_cast<const char*>(in->data) + in->byte_offset, *in_type,
+        static_cast<char*>(out->data) + out->byte_offset, *out_type, dadt::NumElements(shape), stream);
+  }
+  return s.ok() ? DADT_OK : Fail(s);
+}
+
+int dadt_cuda_fusion_copy_seconds(int device, int64_t span_bytes, int spans, int iters, double* seconds) {
+  auto t = dadt::backends::MeasureFusionCopy(device, span_bytes, spans, iters);
+  if (!t.ok()) return Fail(t.status());
+  *seconds = *t;
+  return DADT_OK;
+}
+
 int dadt_start_timeline(const char* path, int mark_cycles) {
   auto rt = GetRunning();
   if (!rt) return Fail(dadt::PreconditionFailed("dadt has not been initialized; use dadt.init()."));
@@ -252,6 +303,11 @@ int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTe
   r.group_id = desc->group_id;
   r.group_size = desc->group_size;
   if (desc->splits && desc->num_splits > 0) r.splits.assign(desc->splits, desc->splits + desc->num_splits);
+  const bool has_stream = desc->struct_size >= offsetof(dadt_op_desc, staged_device) + sizeof(int32_t);
+  if (has_stream) {
+    e.stream = desc->stream;
+    if (desc->staged_device >= 0) r.device = dadt::kStagedGpuDevice;
+  }
   if (input) {
     auto dtype = ToDataType(input->dtype, r.name);
     if (!dtype.ok()) return (Fail(dtype.status()), -1);
@@ -260,15 +316,24 @@ int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTe
     r.dtype = *dtype;
     r.shape.assign(input->shape, input->shape + input->ndim);
     e.input = static_cast<const char*>(input->data) + input->byte_offset;
+    if (input->device.device_type == kDLCUDA) r.device = input->device.device_id;
   }
   if (output) {
     Status s = CheckLayout(*output, r.name);
     if (!s.ok()) return (Fail(s), -1);
     auto dtype = ToDataType(output->dtype, r.name);
     if (!dtype.ok()) return (Fail(dtype.status()), -1);
+    const int32_t out_device = output->device.device_type == kDLCUDA ? output->device.device_id : dadt::kCpuDevice;
+    if (input && out_device != (r.device >= 0 ? r.device : dadt::kCpuDevice)) {
+      return (Fail(dadt::InvalidArgument("output of '" + r.name + "' must be on the input's device")), -1);
+    }
     const dadt::Shape out_shape(output->shape, output->shape + output->ndim);
     if (r.op == dadt::OpType::kAllgather || r.op == dadt::OpType::kReducescatter) {
       // The result's first dimension is negotiated; the executor checks it against out_shape.
+      if (out_device != dadt::kCpuDevice) {
+        return (Fail(dadt::InvalidArgument("output of '" + r.name + "': a preallocated " +
+                                           dadt::OpTypeName(r.op) + " output must be in host memory")), -1);
+      }
       if (input && (*dtype != r.dtype || out_shape.size() != std::max<size_t>(r.shape.size(), 1) ||
                     !std::equal(out_shape.begin() + 1, out_shape.end(),
                                 r.shape.begin() + std::min<size_t>(r.shape.size(), 1)))) {
@@ -320,8 +385,8 @@ DLManagedTensor* dadt_take_output(int64_t handle) {
   auto* o = new OwnedOutput();
   o->shape = buf->shape;
   DLTensor& t = o->managed.dl_tensor;
-  t.data = buf->data.get();
-  t.device = DLDevice{kDLCPU, 0};
+  t.data = buf->ptr();
+  t.device = buf->device >= 0 ? DLDevice{kDLCUDA, buf->device} : DLDevice{kDLCPU, 0};
   t.ndim = static_cast<int32_t>(o->shape.size());
   t.dtype = ToDLDataType(buf->dtype);
   t.shape = o->shape.data();

@@ -88,6 +88,12 @@ typedef struct dadt_op_desc {
   int32_t num_splits;
   int64_t group_id;        /* grouped allreduce: same id on every member, -1 = none */
   int32_t group_size;      /* number of members of the group */
+  /* GPU tensors (CUDA build): the framework's current stream (a cudaStream_t), which the runtime's
+   * work is ordered after; 0 = the legacy default stream. */
+  uintptr_t stream;
+  /* >= 0: the framework tensor is on this CUDA device and the front end passes a host copy (the
+   * job has no GPU data plane); negotiation then refuses ranks that pass a CPU tensor. -1: none. */
+  int32_t staged_device;
 } dadt_op_desc;
 
 void dadt_init_options_default(dadt_init_options* options);
@@ -113,6 +119,18 @@ int dadt_cross_size(void);
 const char* dadt_backend_name(void);
 /* Comma-separated names of the backends built in. */
 const char* dadt_built_backends(void);
+/* The engine that moves GPU tensors in this job ("nccl"), or NULL when the front end must stage
+ * them through host memory (or dadt is not initialized). */
+const char* dadt_device_backend(void);
+/* 1 when this build has CUDA support and a CUDA device is visible; 0 otherwise, with the reason
+ * in dadt_last_error(). */
+int dadt_cuda_available(void);
+/* fp16 compression of GPU tensors: casts `in` (float32 <-> float16) into `out` (same shape, same
+ * GPU) with the runtime's kernel on the framework's `stream`; DADT_OK or an error code. */
+int dadt_cuda_cast(const DLTensor* in, const DLTensor* out, uintptr_t stream);
+/* Benchmark hook: median seconds to pack `spans` device buffers of `span_bytes` each into a fusion
+ * buffer on CUDA device `device` with the runtime's batched copy; DADT_OK or an error code. */
+int dadt_cuda_fusion_copy_seconds(int device, int64_t span_bytes, int spans, int iters, double* seconds);
 /* 1 when the job's controller is MPI and MPI granted MPI_THREAD_MULTIPLE; 0 otherwise; -1 when
  * not initialized. */
 int dadt_mpi_threads_supported(void);

@@ -15,7 +15,10 @@ Flags:
   --incompatible_strict_action_env        actions get a fixed PATH; without it every pip build
                                           (pyenv shims and pip's build-isolation dirs change PATH)
                                           would miss the action cache and rebuild from scratch
-Environment: BAZEL (the bazel binary, default `bazel`), DADT_BAZEL_FLAGS (extra flags, space separated).
+Environment: BAZEL (the bazel binary, default `bazel`), DADT_BAZEL_FLAGS (extra flags, space separated),
+DADT_CUDA (0: build without CUDA/NCCL even when found; 1: fail when they are missing). Before each
+build or test, tools/configure_cuda.py rewrites .bazelrc.cuda (the CUDA/NCCL build when nvcc, the
+CUDA headers and NCCL are found; see docs/backends.md).
 """
 
 import os
@@ -47,6 +50,16 @@ def bazel_binary():
             "bazel not found on PATH (BAZEL=%s). Install the build dependencies first: `make deps` "
             "(Debian: apt-get install bazel-bootstrap)." % bazel)
     return path
+
+
+def configure(python=None):
+    """Writes .bazelrc.cuda (tools/configure_cuda.py): the CUDA/NCCL build when they are found."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import configure_cuda
+    try:
+        print(configure_cuda.configure(python or sys.executable), file=sys.stderr, flush=True)
+    except RuntimeError as e:
+        raise BazelError(str(e))
 
 
 def bazel_flags(python=None):
@@ -88,6 +101,7 @@ def build(root=ROOT, python=None, targets=None):
     """Build the shipped targets; return {label: absolute path of the output}."""
     targets = list(targets or TARGETS)
     bazel = bazel_binary()
+    configure(python)
     _run([bazel, "build"] + bazel_flags(python) + _ui_flags() + targets, cwd=root)
     bin_dir = bazel_bin(root, python)
     outputs = {}
@@ -101,6 +115,7 @@ def build(root=ROOT, python=None, targets=None):
 
 def test(args, root=ROOT, python=None):
     """bazel test with the shared flags; returns Bazel's exit code (4: no test targets)."""
+    configure(python)
     cmd = [bazel_binary(), "test"] + bazel_flags(python) + _ui_flags() + list(args)
     print("+ " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
     return subprocess.call(cmd, cwd=root)

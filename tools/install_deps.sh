@@ -2,7 +2,8 @@
 # Installs what dadt needs to build and test on Debian 12, and only what is missing (idempotent):
 #   * Debian packages, checked one by one with `dpkg -s`; `apt-get update` runs only when one is missing;
 #   * Python packages from requirements-test.txt (torch pinned to 2.13.0, the CPU build) plus the build
-#     tools (setuptools, wheel), for the interpreter in $PYTHON (default python3).
+#     tools (setuptools, wheel), for the interpreter in $PYTHON (default python3), and where nvcc is
+#     found requirements-cuda.txt (the NCCL wheel of the CUDA build).
 # Runs as root; otherwise through sudo. Non-interactive (CI has no stdin).
 set -euo pipefail
 
@@ -79,7 +80,13 @@ if [ "$(id -u)" -ne 0 ] && [ ! -w "$("$PYTHON" -c 'import sysconfig; print(sysco
 fi
 
 # Requirements not yet satisfied by what is installed (no network needed when all are present).
-unsatisfied="$("$PYTHON" - "$ROOT/requirements-test.txt" <<'EOF'
+# Where nvcc is found, the CUDA/NCCL build's pinned wheels too (requirements-cuda.txt).
+REQUIREMENTS=("$ROOT/requirements-test.txt")
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+    log "nvcc found: adding requirements-cuda.txt (NCCL for the CUDA build)"
+    REQUIREMENTS+=("$ROOT/requirements-cuda.txt")
+fi
+unsatisfied="$("$PYTHON" - "${REQUIREMENTS[@]}" <<'EOF'
 import sys
 from importlib import metadata
 try:
@@ -88,8 +95,9 @@ except ImportError:
     from pip._vendor.packaging.requirements import Requirement
 
 reqs = ["setuptools>=64", "wheel"]
-with open(sys.argv[1]) as f:
-    reqs += [l.split("#", 1)[0].strip() for l in f if l.split("#", 1)[0].strip()]
+for path in sys.argv[1:]:
+    with open(path) as f:
+        reqs += [l.split("#", 1)[0].strip() for l in f if l.split("#", 1)[0].strip()]
 for line in reqs:
     req = Requirement(line)
     try:

@@ -5,7 +5,9 @@
 
 Every rank imports the three front ends into one process, initialises dadt once, and then, for
 --rounds rounds, times --iters synchronous allreduces (float32, Sum, the same name each time, as a
-training step reuses its names) through each front end in turn, rotating which goes first. Rows:
+training step reuses its names) through each front end, interleaved: the front ends take turns
+every --chunk calls (after one untimed call each turn), and each round rotates which goes first,
+so that a change in the machine's load reaches every row alike. Rows:
 
   torch        dadt.torch.allreduce(torch.Tensor)
   tensorflow   dadt.tensorflow.allreduce(tf.Tensor), eager
@@ -39,9 +41,14 @@ def parse_args(argv=None):
     p.add_argument("--iters", type=int, default=300, help="timed calls per front end per round (300)")
     p.add_argument("--warmup", type=int, default=50, help="untimed calls per front end per round (50)")
     p.add_argument("--rounds", type=int, default=5, help="rounds, rotating the order (5)")
+    p.add_argument("--chunk", type=int, default=20,
+                   help="timed calls per turn of a front end before the next one's turn (20)")
     p.add_argument("--dadtrun", default=None, help="launcher (default: $DADTRUN, dadtrun on PATH, bazel-bin)")
     p.add_argument("--json", default=None, help="also write the samples' medians to this file (rank 0)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.chunk < 1 or args.iters < 1 or args.rounds < 1:
+        p.error("--chunk, --iters and --rounds must be at least 1")
+    return args
 
 
 def launch(args, argv):
@@ -98,19 +105,23 @@ def worker(args):
     for r in range(args.rounds):
         order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
         for n in order:
-            fn = calls[n]
             for _ in range(args.warmup):
-                fn()
-            for _ in range(args.iters):
-                t0 = time.perf_counter_ns()
-                fn()
-                samples[n].append((time.perf_counter_ns() - t0) / 1e3)
+                calls[n]()
+        for done in range(0, args.iters, args.chunk):  # interleaved turns of --chunk calls
+            for n in order:
+                fn = calls[n]
+                fn()  # untimed: the first call after another front end's turn
+                for _ in range(min(args.chunk, args.iters - done)):
+                    t0 = time.perf_counter_ns()
+                    fn()
+                    samples[n].append((time.perf_counter_ns() - t0) / 1e3)
     medians = {n: statistics.median(s) for n, s in samples.items()}
     if dtorch.rank() == 0:
         import jax
         import tensorflow as tf
         print(f"{dtorch.size()} ranks on one host, Gloo, {args.bytes} B float32 Sum allreduce, "
-              f"{args.rounds} rounds x {args.iters} calls per front end; torch {torch.__version__}, "
+              f"{args.rounds} rounds x {args.iters} calls per front end, interleaved every "
+              f"{args.chunk} calls; torch {torch.__version__}, "
               f"tensorflow {tf.__version__}, jax {jax.__version__}, Python {platform.python_version()}, "
               f"{time.strftime('%Y-%m-%d %H:%M:%S')}")
         print()

@@ -18,6 +18,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,8 +74,8 @@ const DLTensor* TensorFromCapsule(const py::handle& obj, const char* what) {
   return &managed->dl_tensor;
 }
 
-// Destructor of capsules made by take_output(): frees the tensor unless a consumer (from_dlpack)
-// renamed the capsule to "used_dltensor" and took ownership.
+// Destructor of capsules made by take_output() and buffer_capsule(): frees the tensor unless a
+// consumer (from_dlpack) renamed the capsule to "used_dltensor" and took ownership.
 void DeleteOutputCapsule(PyObject* capsule) {
   if (!PyCapsule_IsValid(capsule, kCapsuleName)) return;  // consumed: the consumer owns it
   PyObject *type, *value, *traceback;
@@ -132,7 +133,8 @@ std::vector<std::string> BuiltBackends() {
 
 int64_t Enqueue(int op_type, const std::string& name, py::handle input, py::handle output,
                 int reduce_op, double prescale, double postscale, int root_rank,
-                std::optional<std::vector<int64_t>> splits, int64_t group_id, int group_size) {
+                std::optional<std::vector<int64_t>> splits, int64_t group_id, int group_size,
+                uintptr_t stream, int staged_device) {
   const DLTensor* in = TensorFromCapsule(input, "input");
   const DLTensor* out = TensorFromCapsule(output, "output");
   dadt_op_desc desc;
@@ -147,6 +149,8 @@ int64_t Enqueue(int op_type, const std::string& name, py::handle input, py::hand
   desc.num_splits = splits ? static_cast<int32_t>(splits->size()) : 0;
   desc.group_id = group_id;
   desc.group_size = group_size;
+  desc.stream = stream;
+  desc.staged_device = staged_device;
   int64_t handle;
   {
     py::gil_scoped_release release;
@@ -188,6 +192,56 @@ py::object TakeOutput(int64_t handle) {
     if (managed->deleter != nullptr) managed->deleter(managed);
     throw py::error_already_set();
   }
+  return py::reinterpret_steal<py::object>(capsule);
+}
+
+// A "dltensor" capsule over a C-contiguous object of the buffer protocol (a NumPy array, the
+// read-only views of TensorFlow and JAX buffers included), made in C++ because NumPy's own
+// __dlpack__ refuses read-only arrays and ml_dtypes' bfloat16. The caller gives the DLPack type
+// (the buffer protocol has no code for bfloat16). The tensor holds the buffer, and so `obj`,
+// until its deleter runs: the capsule's destructor, unless a consumer took the tensor.
+struct BufferTensor {
+  DLManagedTensor managed;
+  Py_buffer view;
+  std::vector<int64_t> shape;
+};
+
+void DeleteBufferTensor(DLManagedTensor* managed) {
+  auto* tensor = static_cast<BufferTensor*>(managed->manager_ctx);
+  PyGILState_STATE gil = PyGILState_Ensure();  // a consumer may free it on any thread
+  PyBuffer_Release(&tensor->view);
+  PyGILState_Release(gil);
+  delete tensor;
+}
+
+py::object BufferCapsule(py::handle obj, int code, int bits, bool writable) {
+  auto tensor = std::make_unique<BufferTensor>();
+  int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(obj.ptr(), &tensor->view, flags) != 0) throw py::error_already_set();
+  const Py_buffer& view = tensor->view;
+  if (bits <= 0 || view.itemsize * 8 != bits) {
+    PyBuffer_Release(&tensor->view);
+    throw py::value_error("buffer_capsule: items of " + std::to_string(view.itemsize) +
+                          " bytes do not hold " + std::to_string(bits) + "-bit elements");
+  }
+  tensor->shape.assign(view.shape, view.shape + view.ndim);
+  if (tensor->shape.empty()) tensor->shape.push_back(1);  // 0-d: a valid, unread pointer
+  DLTensor& t = tensor->managed.dl_tensor;
+  t.data = view.buf;
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = view.ndim;
+  t.dtype = DLDataType{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1};
+  t.shape = tensor->shape.data();
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  tensor->managed.manager_ctx = tensor.get();
+  tensor->managed.deleter = DeleteBufferTensor;
+  PyObject* capsule = PyCapsule_New(&tensor->managed, kCapsuleName, DeleteOutputCapsule);
+  if (capsule == nullptr) {
+    PyBuffer_Release(&tensor->view);
+    throw py::error_already_set();
+  }
+  tensor.release();  // owned by the capsule now
   return py::reinterpret_steal<py::object>(capsule);
 }
 
@@ -262,12 +316,49 @@ PYBIND11_MODULE(_core, m) {
         py::arg("output") = py::none(), py::arg("reduce_op") = DADT_REDUCE_AVERAGE,
         py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("root_rank") = 0,
         py::arg("splits") = py::none(), py::arg("group_id") = -1, py::arg("group_size") = 0,
-        "Enqueues a collective on DLPack capsules (not consumed); returns its handle.");
+        py::arg("stream") = 0, py::arg("staged_device") = -1,
+        "Enqueues a collective on DLPack capsules (not consumed); returns its handle. GPU "
+        "tensors: `stream` is the framework's current cudaStream_t; `staged_device` >= 0 marks a "
+        "host copy of a tensor on that GPU.");
+  m.def("device_backend", [] {
+    const char* name = dadt_device_backend();
+    return name ? py::object(py::str(name)) : py::object(py::none());
+  }, "The engine moving GPU tensors (\"nccl\"), or None: the front end stages them through host memory.");
+  m.def("cuda_cast", [](py::handle input, py::handle output, uintptr_t stream) {
+    const DLTensor* in = TensorFromCapsule(input, "input");
+    const DLTensor* out = TensorFromCapsule(output, "output");
+    int rc;
+    {
+      py::gil_scoped_release release;
+      rc = dadt_cuda_cast(in, out, stream);
+    }
+    CheckStatus(rc);
+  }, py::arg("input"), py::arg("output"), py::arg("stream"),
+        "float32 <-> float16 of CUDA tensors with the runtime's kernel on `stream`.");
+  m.def("cuda_fusion_copy_seconds", [](int device, int64_t span_bytes, int spans, int iters) {
+    double seconds = 0;
+    int rc;
+    {
+      py::gil_scoped_release release;
+      rc = dadt_cuda_fusion_copy_seconds(device, span_bytes, spans, iters, &seconds);
+    }
+    CheckStatus(rc);
+    return seconds;
+  }, py::arg("device"), py::arg("span_bytes"), py::arg("spans"), py::arg("iters"),
+        "Median seconds of one batched fusion pack on the GPU (benchmark hook).");
+  m.def("cuda_available", [] {
+    const bool ok = dadt_cuda_available() == 1;
+    return py::make_tuple(ok, ok ? std::string() : std::string(dadt_last_error()));
+  }, "(True, '') when this build has CUDA and sees a device; else (False, why).");
   m.def("poll", &Poll, py::arg("handle"), "True when the handle has completed.");
   m.def("wait", &Wait, py::arg("handle"),
         "Blocks (GIL released) until the handle completes; raises CoreError on failure.");
   m.def("take_output", &TakeOutput, py::arg("handle"),
         "The runtime-allocated output as a \"dltensor\" capsule (once), or None.");
+  m.def("buffer_capsule", &BufferCapsule, py::arg("obj"), py::arg("code"), py::arg("bits"),
+        py::arg("writable") = false,
+        "A \"dltensor\" capsule over a C-contiguous buffer (read-only ones too) of DLPack type "
+        "(code, bits); the capsule keeps obj alive.");
   m.def("int_result", &dadt_handle_int_result, py::arg("handle"),
         "Integer result of a completed handle (join: the last rank that joined).");
   m.def("received_splits", &ReceivedSplits, py::arg("handle"),

@@ -48,6 +48,10 @@ struct BackendOptions : JobGeometry {
   // communicators split the job's by this color (MPI_Comm_split), the others meet under
   // store_prefix, which names the group.
   int group_color = -1;
+  // Engines for device memory (NCCL): the CUDA device ordinal and the stream (a cudaStream_t as
+  // an integer) their collectives go on. -1 / 0 for host engines.
+  int device = -1;
+  uintptr_t device_stream = 0;
 };
 
 class Backend {
@@ -79,6 +83,13 @@ class Backend {
                                DataType dtype, ReduceOp op) = 0;
 
   virtual Status Barrier() = 0;
+
+  // Engines that finish work after the call returns (NCCL enqueues on a stream) report a failure
+  // found later here; any thread may call it. Host engines finish inside the call: always OK.
+  virtual Status AsyncError() { return Status::OK(); }
+  // Makes every pending and later call fail instead of waiting for a peer (ncclCommAbort); any
+  // thread may call it, once the job is known to be broken.
+  virtual void Abort() {}
 };
 
 using BackendFactory = std::function<StatusOr<std::unique_ptr<Backend>>(const BackendOptions&)>;

@@ -58,6 +58,7 @@ inline constexpr const char kAutotuneMaxSamples[] = "DADT_AUTOTUNE_BAYES_OPT_MAX
 inline constexpr const char kAutotuneNoise[] = "DADT_AUTOTUNE_GAUSSIAN_PROCESS_NOISE";
 inline constexpr const char kTimeline[] = "DADT_TIMELINE";  // path of rank 0's trace file
 inline constexpr const char kTimelineMarkCycles[] = "DADT_TIMELINE_MARK_CYCLES";
+inline constexpr const char kDeviceBackend[] = "DADT_DEVICE_BACKEND";  // GPU tensors: nccl | none
 
 // Defaults (Horovod's, where Horovod has one).
 inline constexpr int64_t kDefaultFusionThresholdBytes = 128LL * 1024 * 1024;

@@ -51,8 +51,11 @@ enum class OpType : int32_t {
 };
 const char* OpTypeName(OpType op);
 
-// -1 is host memory; >= 0 is a CUDA device ordinal.
+// -1 is host memory; >= 0 is a CUDA device ordinal (the GPU data plane, NCCL, moves it);
+// kStagedGpuDevice is a GPU tensor that the front end copies through host memory for a host
+// engine (Gloo, MPI). Ranks must agree on the kind, not on the ordinal.
 constexpr int32_t kCpuDevice = -1;
+constexpr int32_t kStagedGpuDevice = -2;
 
 // Where this process sits in the job: its rank among all ranks, on its host (local) and across
 // hosts (cross). Shared by the runtime's and the backends' options.

@@ -35,7 +35,14 @@ std::string DescribeByRank(const std::vector<Request>& by_rank, F value_of) {
   return os.str();
 }
 
-std::string DeviceString(int32_t d) { return d == kCpuDevice ? "CPU" : "GPU " + std::to_string(d); }
+std::string DeviceString(int32_t d) {
+  if (d == kCpuDevice) return "CPU";
+  if (d == kStagedGpuDevice) return "GPU (staged through host memory)";
+  return "GPU " + std::to_string(d);
+}
+
+// What ranks must agree on: host, GPU on the GPU data plane, or GPU staged through the host.
+int32_t DeviceKind(int32_t d) { return d >= 0 ? 0 : d; }
 
 std::string ScaleString(const Request& r) {
   std::ostringstream os;
@@ -165,7 +172,8 @@ std::string Coordinator::Validate(const std::string& name, const Pending& p) con
            DescribeByRank(p.by_rank,
                           [](const Request& r) { return std::string(DataTypeName(r.dtype)); });
   }
-  if (differs([](const Request& r) { return r.device; })) {
+  // Device kinds must agree; ordinals may differ (each rank drives its own GPU).
+  if (differs([](const Request& r) { return DeviceKind(r.device); })) {
     return "Mismatched " + op + " devices for tensor " + quoted +
            " (CPU and GPU tensors cannot be mixed): " +
            DescribeByRank(p.by_rank, [](const Request& r) { return DeviceString(r.device); });

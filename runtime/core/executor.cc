@@ -3,22 +3,11 @@
 #include <cstring>
 
 #include "runtime/common/reduce.h"
+#include "runtime/core/op_layout.h"
 
 namespace dadt {
 namespace core {
 namespace {
-
-int64_t RowElements(const Shape& shape) {
-  int64_t n = 1;
-  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
-  return n;
-}
-
-Shape WithFirstDim(const Shape& shape, int64_t first) {
-  Shape s = shape.empty() ? Shape{first} : shape;
-  s[0] = first;
-  return s;
-}
 
 // The destination of an allgather / reducescatter of `bytes` bytes: the caller's output when it
 // gave one (of exactly that size), else a new runtime buffer put in *owned.
@@ -35,8 +24,6 @@ StatusOr<void*> ResultBuffer(const TensorEntry& e, DataType dtype, const Shape& 
   }
   return e.output;
 }
-
-ReduceOp BackendOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
 Status Scale(void* buf, int64_t n, DataType dtype, double factor) {
   if (factor == 1.0 || n == 0) return Status::OK();
@@ -120,7 +107,86 @@ Status Executor::Execute(const Response& r, EntryMap& entries) {
   return s;
 }
 
+void Executor::EnableDevice(const std::string& engine, const backends::BackendOptions& options) {
+  device_engine_ = engine;
+  device_options_ = options;
+  device_options_.store_prefix = engine + "/";
+}
+
+namespace {
+
+bool MovesData(Response::Type t) {
+  return t == Response::Type::kAllreduce || t == Response::Type::kAllgather ||
+         t == Response::Type::kBroadcast || t == Response::Type::kAlltoall ||
+         t == Response::Type::kReducescatter;
+}
+
+}  // namespace
+
+Status Executor::DeviceFor(int device, const std::string& name) {
+  if (device_) {
+    if (device >= 0 && device != device_->device()) {
+      return InvalidArgument("dadt drives one GPU per process: tensor '" + name + "' is on cuda:" +
+                             std::to_string(device) + " but earlier GPU tensors were on cuda:" +
+                             std::to_string(device_->device()));
+    }
+    return Status::OK();
+  }
+  if (device_engine_.empty()) {
+    return PreconditionFailed("tensor '" + name + "' is in GPU memory but this job has no GPU data "
+                              "plane (the " + std::string(backend_->Name()) + " executor stages "
+                              "GPU tensors through host memory in the front end; use "
+                              "all_reduce_executor='nccl' for NCCL)");
+  }
+  if (device < 0) {  // a joined rank with no tensor of its own: the GPU of its local rank
+    std::string why;
+    const int n = backends::DeviceRegistry::VisibleDevices(&why);
+    if (n == 0) return PreconditionFailed("GPU collective '" + name + "' needs a GPU: " + why);
+    device = device_options_.local_rank % n;
+  }
+  auto created = DeviceExecutor::Create(
+      device_engine_, device, device_options_,
+      [queue = queue_, handles = handles_](const std::string& n, int64_t handle, HandleResult res) {
+        queue->Finish(n);
+        handles->Complete(handle, std::move(res));
+      });
+  if (!created.ok()) return created.status();
+  device_ = std::move(*created);
+  return Status::OK();
+}
+
+Status Executor::ExecuteOnDevice(const Response& r, EntryMap& entries) {
+  std::vector<TensorEntry*> mine(r.names.size(), nullptr);
+  int device = -1;
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    auto it = entries.find(r.names[i]);
+    if (it == entries.end()) continue;
+    mine[i] = &it->second;
+    if (device < 0) device = it->second.request.device;
+  }
+  Status s = DeviceFor(device, r.names[0]);
+  const bool setup_failed = !s.ok();
+  if (s.ok()) s = device_->Execute(r, mine);  // completes the entries itself, now or later
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (!mine[i]) continue;
+    if (setup_failed) {
+      HandleResult res;
+      res.status = s;
+      Finish(*mine[i], std::move(res));
+    }
+    entries.erase(r.names[i]);
+  }
+  // A refused tensor (wrong device, no GPU data plane) fails its handles only; an engine that
+  // failed to start or run breaks the job.
+  if (setup_failed && (s.code() == StatusCode::kInvalidArgument ||
+                       s.code() == StatusCode::kPreconditionFailed)) {
+    return Status::OK();
+  }
+  return s;
+}
+
 Status Executor::ExecuteOne(const Response& r, EntryMap& entries) {
+  if (MovesData(r.type) && !r.eager && r.device >= 0) return ExecuteOnDevice(r, entries);
   if (r.type == Response::Type::kAllreduce) return Allreduce(r, entries);
   if (r.type == Response::Type::kJoin) {
     auto it = entries.find(kJoinName);
@@ -226,18 +292,13 @@ Status Executor::Allreduce(const Response& r, EntryMap& entries) {
 }
 
 Status Executor::Allgather(const Response& r, TensorEntry& e) {
-  const Shape& shape = e.request.shape;
-  const int64_t row_bytes = RowElements(shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
-  std::vector<int64_t> bytes(size_);
-  int64_t rows = 0;
-  for (int i = 0; i < size_; ++i) {
-    bytes[i] = r.sizes[i] * row_bytes;
-    rows += r.sizes[i];
-  }
+  GatherLayout l = AllgatherLayout(e.request.shape, r.dtype, r.sizes, size_);
   HandleResult res;
-  auto out = ResultBuffer(e, r.dtype, WithFirstDim(shape, rows), rows * row_bytes, &res.output);
+  int64_t total = 0;
+  for (int64_t n : l.bytes) total += n;
+  auto out = ResultBuffer(e, r.dtype, l.out_shape, total, &res.output);
   if (!out.ok()) return out.status();
-  DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, *out, bytes));
+  DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, *out, l.bytes));
   Finish(e, std::move(res));
   return Status::OK();
 }
@@ -250,21 +311,12 @@ Status Executor::Broadcast(const Response& r, TensorEntry& e) {
 }
 
 Status Executor::Alltoall(const Response& r, TensorEntry& e) {
-  const Shape& shape = e.request.shape;
-  const int64_t row_bytes = RowElements(shape) * static_cast<int64_t>(DataTypeSize(r.dtype));
-  std::vector<int64_t> send(size_), recv(size_), splits(size_);
-  int64_t rows = 0;
-  for (int j = 0; j < size_; ++j) {
-    send[j] = r.sizes[rank_ * size_ + j] * row_bytes;
-    splits[j] = r.sizes[j * size_ + rank_];
-    recv[j] = splits[j] * row_bytes;
-    rows += splits[j];
-  }
-  auto out = HostBuffer::Allocate(r.dtype, WithFirstDim(shape, rows));
-  DADT_RETURN_IF_ERROR(backend_->Alltoallv(e.input, send, out->data.get(), recv));
+  AlltoallLayout l = MakeAlltoallLayout(e.request.shape, r.dtype, r.sizes, size_, rank_);
+  auto out = HostBuffer::Allocate(r.dtype, l.out_shape);
+  DADT_RETURN_IF_ERROR(backend_->Alltoallv(e.input, l.send, out->data.get(), l.recv));
   HandleResult res;
   res.output = std::move(out);
-  res.received_splits = std::move(splits);
+  res.received_splits = std::move(l.splits);
   Finish(e, std::move(res));
   return Status::OK();
 }
@@ -272,18 +324,16 @@ Status Executor::Alltoall(const Response& r, TensorEntry& e) {
 Status Executor::Reducescatter(const Response& r, TensorEntry& e) {
   const Shape& shape = e.request.shape;
   const int64_t d0 = shape.empty() ? 1 : shape[0];
-  const int64_t row = RowElements(shape);
-  std::vector<int64_t> counts(size_);
-  for (int i = 0; i < size_; ++i) counts[i] = (d0 / size_ + (i < d0 % size_ ? 1 : 0)) * row;
+  const std::vector<int64_t> counts = ScatterCounts(shape, size_);
   const void* in = e.input;
-  const int64_t total = d0 * row;
+  const int64_t total = d0 * RowElements(shape);
   if (r.prescale != 1.0 && total > 0) {
     uint8_t* staged = FusionBuffer(total * static_cast<int64_t>(DataTypeSize(r.dtype)));
     std::memcpy(staged, e.input, total * DataTypeSize(r.dtype));
     DADT_RETURN_IF_ERROR(Scale(staged, total, r.dtype, r.prescale));
     in = staged;
   }
-  const int64_t my_rows = d0 / size_ + (rank_ < d0 % size_ ? 1 : 0);
+  const int64_t my_rows = ScatterRows(d0, size_, rank_);
   HandleResult res;
   auto out = ResultBuffer(e, r.dtype, WithFirstDim(shape, my_rows),
                           counts[rank_] * static_cast<int64_t>(DataTypeSize(r.dtype)), &res.output);

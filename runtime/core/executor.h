@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/backends/backend.h"
+#include "runtime/core/device_executor.h"
 #include "runtime/core/handle_table.h"
 #include "runtime/core/message.h"
 #include "runtime/core/tensor_queue.h"
@@ -41,6 +42,14 @@ class Executor {
   // Completes an entry (and forgets its name) with `result`.
   void Finish(TensorEntry& entry, HandleResult result);
 
+  // GPU tensors go to a DeviceExecutor running `engine` ("nccl"), created over `options` (the
+  // job's geometry, store and timeouts) when the first GPU response arrives. Without this call,
+  // or with an empty engine, GPU responses fail with a clear error.
+  void EnableDevice(const std::string& engine, const backends::BackendOptions& options);
+  // Drains and destroys the DeviceExecutor (its communicator included); at shutdown, after the
+  // loop thread stopped.
+  void ReleaseDevice() { device_.reset(); }
+
  private:
   Status ExecuteOne(const Response& r, EntryMap& entries);
   Status Allreduce(const Response& r, EntryMap& entries);
@@ -48,6 +57,8 @@ class Executor {
   Status Broadcast(const Response& r, TensorEntry& e);
   Status Alltoall(const Response& r, TensorEntry& e);
   Status Reducescatter(const Response& r, TensorEntry& e);
+  Status ExecuteOnDevice(const Response& r, EntryMap& entries);
+  Status DeviceFor(int device, const std::string& name);
   uint8_t* FusionBuffer(int64_t bytes);
   // Emits `phase` of `activity` for each of `names` that this rank holds (no-op when disabled).
   void Mark(const std::vector<std::string>& names, const std::string& activity,
@@ -61,6 +72,9 @@ class Executor {
   const timeline::EventStream* events_;
   std::unique_ptr<uint8_t[]> fusion_;
   int64_t fusion_bytes_ = 0;
+  std::string device_engine_;
+  backends::BackendOptions device_options_;
+  std::unique_ptr<DeviceExecutor> device_;
 };
 
 }  // namespace core

@@ -20,11 +20,15 @@ namespace dadt {
 namespace core {
 
 // Host memory the runtime allocated for a result (allgather, alltoall, reducescatter).
+// For GPU tensors (device >= 0) the result lives in device memory instead (device_data).
 struct HostBuffer {
   std::unique_ptr<uint8_t[]> data;
   int64_t bytes = 0;
   DataType dtype = DataType::kUint8;
   Shape shape;
+  int32_t device = kCpuDevice;
+  std::shared_ptr<void> device_data;
+  void* ptr() const { return device >= 0 ? device_data.get() : static_cast<void*>(data.get()); }
   static std::unique_ptr<HostBuffer> Allocate(DataType dtype, Shape shape);
 };
 

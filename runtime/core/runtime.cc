@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/backends/device.h"
 #include "runtime/backends/hierarchical_allreduce.h"
 #include "runtime/common/env.h"
 #include "runtime/common/logging.h"
@@ -129,6 +130,17 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
     o.size = 1;
   }
   o.backend = o.controller;
+  // GPU tensors go to NCCL whenever it is built (DADT_DEVICE_BACKEND=none: the front end stages
+  // them through host memory instead).
+  const auto built = backends::BackendRegistry::Names();
+  const bool nccl_built = std::find(built.begin(), built.end(), "nccl") != built.end();
+  o.device_backend = env::GetString(env::kDeviceBackend, nccl_built ? "nccl" : "none");
+  if (o.device_backend == "none") o.device_backend.clear();
+  if (!o.device_backend.empty() && !(o.device_backend == "nccl" && nccl_built)) {
+    return InvalidArgument("DADT_DEVICE_BACKEND must be 'none'" +
+                           std::string(nccl_built ? " or 'nccl'" : " (this build has no NCCL)") +
+                           ", got '" + o.device_backend + "'");
+  }
   if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
     return InvalidArgument("bad job geometry: rank " + std::to_string(o.rank) + " of size " +
                            std::to_string(o.size) + " (DADT_RANK/DADT_SIZE)");
@@ -176,6 +188,16 @@ StatusOr<std::unique_ptr<backends::ControlTransport>> Runtime::CreateTransport(
 StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requested,
                                                   std::unique_ptr<KeyValueStore> store) {
   RuntimeOptions options = requested;
+  const bool nccl_requested = options.backend == "nccl";
+  if (nccl_requested) {
+    // NCCL carries the GPU tensors; host tensors and negotiation stay on the controller.
+    std::string why;
+    if (backends::DeviceRegistry::VisibleDevices(&why) == 0) {
+      return PreconditionFailed("the nccl executor needs a GPU: " + why);
+    }
+    options.device_backend = "nccl";
+    options.backend = options.controller;
+  }
   if (options.backend == "mpi" && options.controller == "gloo" && options.size == 1 &&
       !env::IsSet(env::kRendezvousAddr)) {
     options.controller = "mpi";  // a lone process asking for MPI: an MPI singleton
@@ -197,6 +219,19 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requeste
                                   "`dadtrun --" + options.backend + "`, or use the mpi executor");
       }
       store = std::make_unique<rendezvous::InMemoryStore>();
+    }
+  }
+  if (options.device_backend == "nccl" && !nccl_requested) {
+    // NCCL needs one GPU per rank; with fewer GPUs than ranks on this host (or none) GPU tensors
+    // are staged through host memory and the job's executor instead (docs/backends.md).
+    std::string why;
+    const int gpus = backends::DeviceRegistry::VisibleDevices(&why);
+    if (gpus < options.local_size) {
+      if (gpus > 0) {
+        DADT_LOG(INFO) << gpus << " GPU(s) for " << options.local_size
+                       << " ranks on this host: GPU tensors are staged through host memory";
+      }
+      options.device_backend.clear();
     }
   }
   std::unique_ptr<Runtime> rt(new Runtime(options));
@@ -249,6 +284,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requeste
   }
   rt->executor_ = std::make_unique<Executor>(rt->backend_.get(), options.rank, options.size,
                                              &rt->handles_, &rt->queue_, &rt->events_);
+  rt->executor_->EnableDevice(options.device_backend, bo);
   Status setup = rt->StartRankZeroTools();
   if (!setup.ok()) {
     // Every rank is connected by now and would only learn of a closed channel: tell them why.
@@ -289,6 +325,7 @@ void Runtime::Shutdown() {
   shutdown_requested_ = true;
   queue_.Wake();
   if (loop_.joinable()) loop_.join();
+  if (executor_) executor_->ReleaseDevice();  // waits for GPU work, then aborts the communicator
   (void)StopTimeline();
 }
 
@@ -582,7 +619,9 @@ void Runtime::Loop() {
                       timeline::NegotiateActivity(OpTypeName(req.op)), ""});
       }
       const int64_t bytes = req.ByteSize();
-      if (req.op == OpType::kAllreduce && bytes > 0 && bytes <= options_.eager_threshold_bytes) {
+      // Eager data travels from host memory; GPU tensors always take the data plane.
+      if (req.op == OpType::kAllreduce && req.device == kCpuDevice && bytes > 0 &&
+          bytes <= options_.eager_threshold_bytes) {
         req.eager = true;
         req.data.assign(static_cast<const char*>(e.input), static_cast<size_t>(bytes));
       }

@@ -47,6 +47,9 @@ struct RuntimeOptions : JobGeometry {
   // Allreduces up to this many bytes travel with their negotiation (eager_reduce.h); 0 disables.
   int64_t eager_threshold_bytes = 32 * 1024;
   std::string backend = "gloo";
+  // The engine for GPU tensors ("nccl"), or empty: the front end stages them through host memory
+  // and `backend`. init(all_reduce_executor='nccl') sets it; DADT_DEVICE_BACKEND overrides.
+  std::string device_backend;
   // Who carries negotiation: "gloo" (the TCP star over dadtrun's rendezvous) or "mpi" (MPI
   // messages; the geometry then comes from MPI). DADT_CONTROLLER, else "mpi" under plain mpirun.
   std::string controller = "gloo";

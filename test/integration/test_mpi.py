@@ -125,7 +125,8 @@ def test_check_build_lists_frameworks_controllers_and_operations(dadtrun):
     controllers = out.split("Available Controllers:")[1].split("Available Tensor Operations:")[0]
     assert re.search(r"\[X\] MPI", controllers) and "[X] Gloo" in controllers, out
     ops = out.split("Available Tensor Operations:")[1]
-    assert "[X] MPI" in ops and "[X] Gloo" in ops and "[ ] NCCL" in ops, out
+    nccl = "[X] NCCL" if "nccl" in _built_backends() else "[ ] NCCL"
+    assert "[X] MPI" in ops and "[X] Gloo" in ops and nccl in ops, out
 
 
 def test_without_flag_dadtrun_picks_mpi_when_mpirun_is_on_path(tmp_path, dadtrun):
@@ -193,8 +194,25 @@ time.sleep(120)  # the others would wait here: mpirun must end them
     assert wait_no_process(marker, 10) == [], "ranks left behind"
 
 
-@pytest.mark.parametrize("executor,missing", [("nccl", "NCCL"), ("mpicuda", "CUDA")])
+def _built_backends():
+    out = subprocess.run([PY, "-c", "import dadt._core as c; print(','.join(c.built_backends()))"],
+                         env=worker_env(), capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout.strip().split(",")
+
+
+def _cuda_visible():
+    out = subprocess.run([PY, "-c", "import dadt._core as c; print(c.cuda_available()[0])"],
+                         env=worker_env(), capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout.strip() == "True"
+
+
+# NCCL: refused as not built, or (CUDA build) as having no GPU to run on; CUDA-aware MPI: never built.
+@pytest.mark.parametrize("executor,missing", [
+    ("nccl", "no CUDA device visible" if "nccl" in _built_backends() else "NCCL"), ("mpicuda", "CUDA")])
 def test_executors_this_build_lacks_are_refused(tmp_path, executor, missing):
+    if executor == "nccl" and "nccl" in _built_backends() and _cuda_visible():
+        pytest.skip("this machine has NCCL and a GPU: the nccl executor is accepted "
+                    "(test/integration/test_gpu.py runs it)")
     script = write(tmp_path, "exec.py", f"""
 import dadt.torch as dadt
 try:

@@ -192,6 +192,65 @@ TEST_P(CoordinatorTest, CacheSwitchTravelsWithTheNextListAndStopsAssignments) {
   EXPECT_EQ(on.responses[0].cache_slots.size(), 1u);
 }
 
+// A name that is a CPU tensor on one rank and a GPU tensor on another is refused on every rank,
+// naming the tensor and each rank's device.
+TEST_P(CoordinatorTest, MixedCpuAndGpuTensorsAreRefusedNamingEachRanksDevice) {
+  if (size() < 2) GTEST_SKIP() << "a mismatch needs two ranks";
+  Coordinator c(size(), 1 << 20, microseconds(1000), &cache_);
+  for (int r = 0; r < size(); ++r) {
+    Request a = Allreduce(r, "grad.gpu");
+    a.device = r == 1 ? kCpuDevice : r;
+    c.Add(a, t0_);
+    Request g = Allreduce(r, "gathered");
+    g.op = OpType::kAllgather;
+    g.device = r == 1 ? 0 : kCpuDevice;
+    c.Add(g, t0_);
+  }
+  ResponseList list = c.Compute(t0_);
+  ASSERT_EQ(list.responses.size(), 2u);
+  const std::string& e = list.responses[0].error;
+  EXPECT_EQ(list.responses[0].type, Response::Type::kError);
+  EXPECT_NE(e.find("'grad.gpu'"), std::string::npos) << e;
+  EXPECT_NE(e.find("CPU and GPU tensors cannot be mixed"), std::string::npos) << e;
+  EXPECT_NE(e.find("rank 1: CPU"), std::string::npos) << e;
+  EXPECT_NE(e.find("GPU 0"), std::string::npos) << e;
+  EXPECT_EQ(list.responses[1].type, Response::Type::kError);
+  EXPECT_NE(list.responses[1].error.find("allgather devices for tensor 'gathered'"), std::string::npos)
+      << list.responses[1].error;
+}
+
+TEST_P(CoordinatorTest, GpuTensorStagedOnOneRankAndOnNcclOnAnotherIsRefused) {
+  if (size() < 2) GTEST_SKIP() << "a mismatch needs two ranks";
+  Coordinator c(size(), 1 << 20, microseconds(1000), &cache_);
+  for (int r = 0; r < size(); ++r) {
+    Request a = Allreduce(r, "w");
+    a.device = r == 1 ? kStagedGpuDevice : 0;
+    c.Add(a, t0_);
+  }
+  ResponseList list = c.Compute(t0_);
+  ASSERT_EQ(list.responses.size(), 1u);
+  EXPECT_EQ(list.responses[0].type, Response::Type::kError);
+  EXPECT_NE(list.responses[0].error.find("staged through host memory"), std::string::npos)
+      << list.responses[0].error;
+}
+
+// Each rank drives its own GPU: ordinals differ, the kind agrees, and the tensors are fused.
+TEST_P(CoordinatorTest, GpuOrdinalsMayDifferAcrossRanks) {
+  Coordinator c(size(), 1 << 20, microseconds(0), &cache_);
+  for (int r = 0; r < size(); ++r) {
+    for (const char* n : {"a", "b"}) {
+      Request q = Allreduce(r, n);
+      q.device = r % 2;
+      c.Add(q, t0_);
+    }
+  }
+  ResponseList list = c.Compute(t0_ + microseconds(10));
+  ASSERT_EQ(list.responses.size(), 1u);
+  EXPECT_EQ(list.responses[0].type, Response::Type::kAllreduce);
+  EXPECT_EQ(list.responses[0].names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_GE(list.responses[0].device, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, CoordinatorTest, ::testing::Values(1, 2, 3, 4, 7));
 
 }  // namespace

@@ -50,6 +50,18 @@ TEST(FusionPlannerTest, IncompatibleTensorsAreNotMixed) {
             (std::vector<std::vector<std::string>>{{"f32", "f32b"}, {"f64"}, {"max"}}));
 }
 
+// The fusion buffer lives in one memory: GPU tensors are packed with GPU tensors only.
+TEST(FusionPlannerTest, GpuAndCpuTensorsGoToSeparateBuffers) {
+  Response g1 = One("g1", 4), g2 = One("g2", 4), s1 = One("staged", 4);
+  g1.device = 0;
+  g2.device = 0;
+  s1.device = kStagedGpuDevice;
+  auto out = PlanFusion({g1, One("c1", 4), g2, s1, One("c2", 4)}, 1 << 20);
+  EXPECT_EQ(Names(out), (std::vector<std::vector<std::string>>{{"g1", "g2"}, {"c1", "c2"}, {"staged"}}));
+  EXPECT_EQ(out[0].device, 0);
+  EXPECT_EQ(out[1].device, kCpuDevice);
+}
+
 TEST(FusionPlannerTest, NonAllreducePassesThrough) {
   Response bcast;
   bcast.type = Response::Type::kBroadcast;

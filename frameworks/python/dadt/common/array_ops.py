@@ -48,10 +48,10 @@ make_name = collective_name
 def as_array(value: Any, name: str) -> np.ndarray:
     """A C-contiguous NumPy array over ``value`` (no copy when it already is one); raises
     ValueError naming the tensor for a dtype dadt does not reduce or move."""
-    array = np.asarray(value)
+    array = value if type(value) is np.ndarray else np.asarray(value)
     if not array.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d arrays into 1-d)
         array = array.copy(order="C")
-    if not dlpack.is_supported(array.dtype):
+    if dlpack.dlpack_type(array.dtype) is None:
         raise ValueError("tensor '%s' has dtype %s, which dadt does not support; use one of %s"
                          % (name, array.dtype, ", ".join(dlpack.SUPPORTED_DTYPE_NAMES)))
     return array
@@ -62,7 +62,7 @@ def _check_reduction(array: np.ndarray, name: str, op: int, prescale: float,
     if op not in _OP_NAMES:
         raise ValueError("tensor '%s': unknown reduce op %r; use Average, Sum, Min, Max or Product"
                          % (name, op))
-    if array.dtype == np.bool_ and (op == Average or prescale != 1.0 or postscale != 1.0):
+    if array.dtype.kind == "b" and (op == Average or prescale != 1.0 or postscale != 1.0):
         raise ValueError("tensor '%s' is bool: Average and scale factors are not defined for "
                          "bool; use Sum or Max (logical or) or Min or Product (logical and)" % name)
 
@@ -78,12 +78,12 @@ def _submit(op_type: int, name: str, array: Optional[np.ndarray], output: Option
                          "pick another name)" % name)
     source = sink = None
     if array is not None:
-        source, held = dlpack.to_capsule(array)
+        source, held = dlpack.to_capsule(array, writable=output is array)
         keep.append(held)
     if output is array:
         sink = source
     elif output is not None:
-        sink, held = dlpack.to_capsule(output)
+        sink, held = dlpack.to_capsule(output, writable=True)
         keep.append(held)
     handle = call(_core.enqueue, op_type, name, source, sink, int(desc.get("reduce_op", Average)),
                   float(desc.get("prescale", 1.0)), float(desc.get("postscale", 1.0)),

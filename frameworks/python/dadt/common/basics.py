@@ -24,10 +24,10 @@ except ImportError as e:  # pragma: no cover - depends on the build
 _EXECUTOR_HINTS = {
     "gloo": "the Gloo executor needs dadt built with Gloo",
     "mpi": "the MPI executor needs dadt built with MPI (Open MPI's libopenmpi-dev)",
-    "mpicuda": "CUDA-aware MPI needs dadt built with CUDA (bazel --config=cuda), a CUDA-aware "
-               "MPI and a GPU; this build has no CUDA support",
-    "nccl": "the NCCL executor needs dadt built with CUDA and NCCL (bazel --config=cuda) and a "
-            "GPU; this build has no NCCL support",
+    "mpicuda": "dadt has no CUDA-aware MPI path; GPU tensors go to NCCL ('nccl') or are staged "
+               "through host memory",
+    "nccl": "the NCCL executor needs dadt built with CUDA and NCCL (on wherever nvcc and NCCL are "
+            "found at build time, docs/backends.md) and a GPU; this build has no NCCL support",
 }
 # Kept alive while the runtime uses them: communicators init() created from a list of ranks.
 _owned_comms: List[Any] = []
@@ -55,6 +55,10 @@ def _pick_backend(broad_cast_executor: Optional[str], all_reduce_executor: Optio
         if executor not in built:
             raise ValueError("%s=%r is not available: %s; this build of dadt has: %s"
                              % (arg, value, _EXECUTOR_HINTS[executor], ", ".join(built) or "none"))
+        if executor == "nccl":
+            available, why = _core.cuda_available()
+            if not available:
+                raise ValueError("%s=%r is not available: %s" % (arg, value, why))
         if chosen is not None and executor != chosen:
             raise ValueError("dadt runs every collective on one executor; got "
                              "broad_cast_executor=%r and all_reduce_executor=%r"
@@ -305,8 +309,14 @@ def nccl_built() -> bool:
 
 
 def cuda_built() -> bool:
-    """Returns True if dadt was built with CUDA support (not in this build)."""
-    return False
+    """Returns True if dadt was built with CUDA support (the NCCL build; docs/backends.md)."""
+    return "nccl" in built_backends()
+
+
+def nccl_enabled() -> bool:
+    """Returns True if NCCL moves the running job's GPU tensors (False: they are staged through
+    host memory and the job's Gloo or MPI executor, or the job is not running)."""
+    return _core.device_backend() == "nccl"
 
 
 def rocm_built() -> bool:

@@ -2,23 +2,29 @@
 
 ``dadt._core`` takes tensors as "dltensor" capsules. NumPy's own ``__dlpack__`` refuses the dtypes
 that machine-learning frameworks add through ml_dtypes (bfloat16) and read-only arrays (JAX and
-TensorFlow hand out read-only views of their buffers), so this module builds the capsule itself
-with ctypes: a ``DLManagedTensor`` that points at the array's memory and is kept alive, with the
-array, by the caller until the collective completes. The runtime only reads an input capsule.
+TensorFlow hand out read-only views of their buffers), so ``to_capsule`` has ``dadt._core`` build
+the capsule over the array's buffer (``_core.buffer_capsule``: the buffer protocol, in C++, a
+microsecond): the capsule holds the array until it is freed, and the caller keeps it alive until
+the collective completes. The runtime only reads an input capsule and writes an output one.
 
 Outputs that the runtime allocates (allgather, alltoall, reducescatter) come back as capsules;
 ``to_array`` wraps their memory in a NumPy array without a copy and frees it (through the
 capsule's deleter) when the last view of the array goes away.
+
+These functions sit on every collective's path: dtypes are looked up by dtype object (a dict, not
+``dtype.name``, which costs microseconds), and nothing here allocates more than it returns.
 """
 
 import ctypes
-from typing import Any, Tuple
+import math
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
+from dadt.common.basics import _core
+
 # DLPack type codes (dlpack.h); bool is 6 since DLPack 0.8.
 _INT, _UINT, _FLOAT, _BFLOAT, _BOOL = 0, 1, 2, 4, 6
-_CPU = 1
 
 _CAPSULE_NAME = b"dltensor"
 _USED_CAPSULE_NAME = b"used_dltensor"  # module constants: capsule names must outlive capsules
@@ -46,9 +52,6 @@ _Deleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ManagedTensor))
 _ManagedTensor._fields_ = [("dl_tensor", _Tensor), ("manager_ctx", ctypes.c_void_p),
                            ("deleter", _Deleter)]
 
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
@@ -74,25 +77,30 @@ def numpy_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
+# dtype -> (DLPack code, bits), filled on first use of each dtype (bfloat16 without importing
+# ml_dtypes here); None for a dtype dadt does not support.
+_BY_DTYPE: Dict[np.dtype, Optional[Tuple[int, int]]] = {}
+
+
+def dlpack_type(dtype: np.dtype) -> Optional[Tuple[int, int]]:
+    """(DLPack type code, bits) of a NumPy dtype, or None when dadt does not support it."""
+    try:
+        return _BY_DTYPE[dtype]
+    except KeyError:
+        found = _BY_DTYPE[dtype] = _CODES.get(dtype.name)
+        return found
+
+
 def is_supported(dtype: np.dtype) -> bool:
-    return dtype.name in _CODES
+    return dlpack_type(dtype) is not None
 
 
-def to_capsule(array: np.ndarray) -> Tuple[Any, Any]:
+def to_capsule(array: np.ndarray, writable: bool = False) -> Tuple[Any, Any]:
     """Returns (capsule, keep): an unconsumed "dltensor" capsule over ``array``'s memory (which
-    must be C-contiguous, on the CPU, of a supported dtype) and the objects that must stay alive
-    while the runtime may read or write it (the array included)."""
-    code, bits = _CODES[array.dtype.name]
-    shape = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
-    managed = _ManagedTensor()
-    t = managed.dl_tensor
-    t.data = array.ctypes.data if array.size else None
-    t.device = _Device(_CPU, 0)
-    t.ndim = array.ndim
-    t.dtype = _DataType(code, bits, 1)
-    t.shape = shape
-    capsule = _capsule_new(ctypes.addressof(managed), _CAPSULE_NAME, None)
-    return capsule, (managed, shape, array)
+    must be C-contiguous, on the CPU, of a supported dtype; writable when ``writable``, for an
+    output) and what must stay alive while the runtime may read or write it."""
+    code, bits = dlpack_type(array.dtype)
+    return _core.buffer_capsule(array, code, bits, writable), array
 
 
 ALIGNMENT = 64  # bytes; what TensorFlow's kernels (Eigen) and XLA expect of a tensor's memory
@@ -102,10 +110,8 @@ def aligned_empty(shape: Tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialised C-contiguous array whose memory starts on an ALIGNMENT-byte boundary, so
     that frameworks can use it in place (NumPy itself only guarantees 16 bytes)."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    raw = np.empty(math.prod(shape) * dtype.itemsize + ALIGNMENT, np.uint8)
+    return np.ndarray(shape, dtype, raw, -raw.ctypes.data % ALIGNMENT)
 
 
 def is_aligned(array: np.ndarray) -> bool:
@@ -116,7 +122,7 @@ def export(array: np.ndarray) -> Any:
     """A "dltensor" capsule that owns a reference to ``array`` (writable, C-contiguous), for a
     framework's from_dlpack (zero copy): NumPy's own export, with the dtype code fixed for
     bfloat16 (exported as uint16, which has the same bits)."""
-    if array.dtype.name != "bfloat16":
+    if dlpack_type(array.dtype) != (_BFLOAT, 16):
         return array.__dlpack__()
     capsule = array.view(np.uint16).__dlpack__()
     managed = ctypes.cast(_capsule_pointer(capsule, _CAPSULE_NAME), ctypes.POINTER(_ManagedTensor))

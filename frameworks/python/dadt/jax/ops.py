@@ -11,7 +11,7 @@ A pytree argument becomes one grouped collective: allreduce reduces every leaf i
 collective (members ``'<name>.<i>'``, leaves in ``jax.tree_util`` order), and so on.
 """
 
-from typing import Any, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -30,13 +30,62 @@ def _traced(leaves: List[Any]) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in leaves)
 
 
-def _run(fn, leaves: List[Any], out_specs: List[jax.ShapeDtypeStruct]) -> List[Any]:
+try:  # jaxlib's device_put, under jax.device_put and jnp.asarray (private, so guarded)
+    from jax._src.core import ShapedArray as _ShapedArray
+    from jax._src.lib import xla_client as _xla_client
+    _device_put = _xla_client.batched_device_put
+except (ImportError, AttributeError):  # pragma: no cover - depends on the jax version
+    _device_put = None
+
+# (shape, dtype, x64) -> (aval, sharding, [device]) for _to_jax, or None: use jnp.asarray.
+_put_specs: Dict[Tuple[Any, ...], Optional[Tuple[Any, Any, List[Any]]]] = {}
+
+
+def _put_spec(array: np.ndarray, x64: bool):
+    key = (array.shape, array.dtype, x64)
+    try:
+        return _put_specs[key]
+    except KeyError:
+        pass
+    spec = None
+    if jax.dtypes.canonicalize_dtype(array.dtype) == array.dtype:
+        device = jax.local_devices()[0]
+        spec = (_ShapedArray(array.shape, array.dtype),
+                jax.sharding.SingleDeviceSharding(device), [device])
+    if len(_put_specs) >= 1024:  # one entry per shape a program reduces; bounded all the same
+        _put_specs.clear()
+    _put_specs[key] = spec
+    return spec
+
+
+def _to_jax(array: np.ndarray) -> jax.Array:
+    """The jax.Array that ``jnp.asarray(array)`` makes (on the default device, uncommitted, of a
+    canonical dtype), made by jaxlib's device_put directly: jnp.asarray's Python dispatch costs
+    more than a small collective. No copy when the buffer is 64-byte aligned (dadt's outputs
+    are); nothing else holds the buffer. Falls back to jnp.asarray where a default device is set
+    or a dtype needs canonicalizing (float64 without x64), or where jaxlib's entry point differs."""
+    global _device_put
+    spec = None
+    if _device_put is not None and jax.config.jax_default_device is None:
+        spec = _put_spec(array, jax.config.jax_enable_x64)
+    if spec is None:
+        return jnp.asarray(array)
+    aval, sharding, devices = spec
+    try:
+        return _device_put(aval, sharding, [array], devices, False)
+    except TypeError:  # pragma: no cover - a jaxlib whose device_put takes other arguments
+        _device_put = None
+        return jnp.asarray(array)
+
+
+def _run(fn, leaves: List[Any], out_specs: Callable[[], List[jax.ShapeDtypeStruct]]) -> List[Any]:
     """Runs ``fn`` (NumPy arrays in, list of NumPy arrays out) on ``leaves``: directly for
-    concrete arrays, as an ordered io_callback under a trace."""
+    concrete arrays, as an ordered io_callback under a trace (with the result shapes that
+    ``out_specs()`` gives, built only then)."""
     if _traced(leaves):
-        return list(io_callback(lambda *arrays: list(fn(*arrays)), out_specs, *leaves,
+        return list(io_callback(lambda *arrays: list(fn(*arrays)), out_specs(), *leaves,
                                 ordered=True))
-    return [jnp.asarray(out) for out in fn(*[np.asarray(x) for x in leaves])]
+    return [_to_jax(out) for out in fn(*[np.asarray(x) for x in leaves])]
 
 
 def _spec(x: Any, rows: Optional[int] = None) -> jax.ShapeDtypeStruct:
@@ -52,6 +101,8 @@ def _leaves(tree: Any):
 
 
 def _is_leaf(tree: Any) -> bool:
+    if isinstance(tree, (jax.Array, np.ndarray)):  # the common case, without a tree walk
+        return True
     return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(tree))
 
 
@@ -64,7 +115,7 @@ def grouped_allreduce(tensors, name: Optional[str] = None, op: int = Average,
     base = array_ops.make_name("grouped_allreduce", name)
     return _run(lambda *a: array_ops.grouped_allreduce(a, base, op, prescale_factor,
                                                        postscale_factor),
-                leaves, [_spec(x) for x in leaves])
+                leaves, lambda: [_spec(x) for x in leaves])
 
 
 def allreduce(tree, name: Optional[str] = None, op: int = Average, prescale_factor: float = 1.0,
@@ -76,7 +127,7 @@ def allreduce(tree, name: Optional[str] = None, op: int = Average, prescale_fact
         x = tree if hasattr(tree, "dtype") else jnp.asarray(tree)
         name = array_ops.make_name("allreduce", name)
         out, = _run(lambda a: [array_ops.allreduce(a, name, op, prescale_factor,
-                                                   postscale_factor)], [x], [_spec(x)])
+                                                   postscale_factor)], [x], lambda: [_spec(x)])
         return out
     leaves, treedef = _leaves(tree)
     if not leaves:
@@ -96,7 +147,7 @@ def allgather(tree, name: Optional[str] = None):
         handles = [array_ops.allgather_async(a, n) for a, n in zip(arrays, names)]
         return [array_ops.synchronize(h) for h in handles]
     specs = [_spec(x, (x.shape[0] * size()) if x.ndim else size()) for x in leaves]
-    return jax.tree_util.tree_unflatten(treedef, _run(fn, leaves, specs))
+    return jax.tree_util.tree_unflatten(treedef, _run(fn, leaves, lambda: specs))
 
 
 def broadcast(tree, root_rank: int, name: Optional[str] = None):
@@ -108,7 +159,8 @@ def broadcast(tree, root_rank: int, name: Optional[str] = None):
     def fn(*arrays):
         handles = [array_ops.broadcast_async(a, root_rank, n) for a, n in zip(arrays, names)]
         return [array_ops.synchronize(h) for h in handles]
-    return jax.tree_util.tree_unflatten(treedef, _run(fn, leaves, [_spec(x) for x in leaves]))
+    return jax.tree_util.tree_unflatten(treedef, _run(fn, leaves,
+                                                      lambda: [_spec(x) for x in leaves]))
 
 
 def alltoall(tensor, splits=None, name: Optional[str] = None):
@@ -119,8 +171,8 @@ def alltoall(tensor, splits=None, name: Optional[str] = None):
         raise NotImplementedError("dadt.jax.alltoall runs eagerly only (its output shape depends "
                                   "on the other ranks); call it outside jax.jit")
     out, received = array_ops.alltoall(np.asarray(tensor), splits, name)
-    out = jnp.asarray(out)
-    return out if splits is None else (out, jnp.asarray(received))
+    out = _to_jax(out)
+    return out if splits is None else (out, _to_jax(received))
 
 
 def reducescatter(tensor, name: Optional[str] = None, op: int = Average,
@@ -136,7 +188,7 @@ def reducescatter(tensor, name: Optional[str] = None, op: int = Average,
     else:
         specs = []
     out, = _run(lambda a: [array_ops.reducescatter(a, name, op, prescale_factor,
-                                                   postscale_factor)], [x], specs)
+                                                   postscale_factor)], [x], lambda: specs)
     return out
 
 

@@ -29,14 +29,34 @@ class NoneCompressor(Compressor):
         return tensor
 
 
+def _device_cast(tensor, dtype):
+    """float32 <-> float16 of a CUDA tensor by dadt's own kernel on the current stream (the CUDA
+    build); None where that does not apply."""
+    # Not for tensors in an autograd graph: the kernel would cut it (torch.Tensor.type keeps it).
+    if not tensor.is_cuda or tensor.requires_grad or \
+            {tensor.dtype, dtype} != {torch.float32, torch.float16}:
+        return None
+    from dadt.common.basics import _core
+    if "nccl" not in _core.built_backends() or not tensor.is_contiguous():
+        return None
+    import torch.utils.dlpack as dlpack
+    out = torch.empty(tensor.shape, dtype=dtype, device=tensor.device)
+    _core.cuda_cast(dlpack.to_dlpack(tensor.detach()), dlpack.to_dlpack(out),
+                    torch.cuda.current_stream(tensor.device).cuda_stream)
+    return out
+
+
 class FP16Compressor(Compressor):
-    """Compress all floating point gradients to 16-bit."""
+    """Compress all floating point gradients to 16-bit (on the GPU for CUDA tensors)."""
 
     @staticmethod
     def compress(tensor):
         """Downcasts the tensor to 16-bit."""
         tensor_compressed = tensor
-        if tensor.dtype.is_floating_point:
+        on_device = _device_cast(tensor, torch.float16)
+        if on_device is not None:
+            tensor_compressed = on_device
+        elif tensor.dtype.is_floating_point:
             # Only allow compression from other floating point types
             tensor_compressed = tensor.type(torch.float16)
         return tensor_compressed, tensor.dtype
@@ -46,7 +66,10 @@ class FP16Compressor(Compressor):
         """Upcasts the tensor to the initialization dtype."""
         tensor_decompressed = tensor
         dtype = ctx
-        if dtype.is_floating_point:
+        on_device = _device_cast(tensor, dtype) if dtype.is_floating_point else None
+        if on_device is not None:
+            tensor_decompressed = on_device
+        elif dtype.is_floating_point:
             tensor_decompressed = tensor.type(dtype)
         return tensor_decompressed
 

@@ -14,6 +14,7 @@ the same order (as Horovod requires) agree on it.
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 import torch
+import torch.utils.dlpack
 
 from dadt.common.basics import _core, call
 from dadt.common.exceptions import DadtInternalError, from_core_error
@@ -28,6 +29,8 @@ class Member(NamedTuple):
     handle: int
     name: str
     keep: Tuple[Any, ...]  # capsules and tensors
+    # A GPU tensor staged through host memory: (GPU output, host result) copied back on success.
+    copy_back: Optional[Tuple[Any, Any]] = None
 
 
 class _Pending(NamedTuple):
@@ -48,11 +51,8 @@ auto_name = collective_name  # '<op>.noname.<n>' for name=None (dadt.common.util
 def check_tensor(tensor: Any, name: str) -> None:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("tensor '%s' must be a torch.Tensor, got %s" % (name, type(tensor).__name__))
-    if tensor.device.type == "cuda":
-        raise ValueError("CUDA tensors need the NCCL build of dadt (tensor '%s' is on %s); "
-                         "move it to the CPU with .cpu()" % (name, tensor.device))
-    if tensor.device.type != "cpu":
-        raise ValueError("tensor '%s' is on %s; this build of dadt supports CPU tensors only"
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError("tensor '%s' is on %s; dadt takes CPU and CUDA tensors"
                          % (name, tensor.device))
     if tensor.layout != torch.strided:
         raise ValueError("tensor '%s' has layout %s; dadt collectives take dense tensors"
@@ -77,18 +77,37 @@ def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],
         raise ValueError("a collective named '%s' is already in flight on this rank; names must "
                          "be unique among pending collectives (synchronize the first one, or "
                          "pick another name)" % name)
+    stream, staged_device, copy_back = 0, -1, None
+    gpu = tensor is not None and tensor.device.type == "cuda"
+    if gpu and _core.device_backend() == "nccl":
+        # The runtime orders its work after the tensor's current stream (no host wait here).
+        stream = torch.cuda.current_stream(tensor.device).cuda_stream
+    elif gpu:
+        # No GPU data plane (Gloo or MPI executor): stage through host memory.
+        staged_device = tensor.device.index
+        gpu_output, in_place = output, output is tensor
+        tensor = tensor.detach().cpu()
+        if gpu_output is not None:
+            output = tensor if in_place else torch.empty(gpu_output.shape, dtype=gpu_output.dtype)
+            copy_back = (gpu_output, output)
     # detach(): DLPack refuses tensors that require grad; the view shares the same memory.
-    in_capsule = None if tensor is None else tensor.detach().__dlpack__()
+    in_capsule = None if tensor is None else _capsule(tensor)
     out_capsule = None
     if output is tensor:
         out_capsule = in_capsule
     elif output is not None:
-        out_capsule = output.detach().__dlpack__()
+        out_capsule = _capsule(output)
     handle = call(_core.enqueue, op_type, name, in_capsule, out_capsule, int(reduce_op),
                   float(prescale_factor), float(postscale_factor), int(root_rank), splits,
-                  group_id, group_size)
+                  group_id, group_size, stream, staged_device)
     _names_in_flight.add(name)
-    return Member(handle, name, (in_capsule, out_capsule, tensor, output))
+    return Member(handle, name, (in_capsule, out_capsule, tensor, output), copy_back)
+
+
+def _capsule(tensor: torch.Tensor) -> Any:
+    # to_dlpack: no stream handshake (__dlpack__ would synchronise streams); the runtime orders
+    # its own stream after the framework's with an event.
+    return torch.utils.dlpack.to_dlpack(tensor.detach())
 
 
 def register(members: List[Member], output: Any = None,
@@ -104,6 +123,8 @@ def take_output(handle: int, like: torch.Tensor) -> torch.Tensor:
     if capsule is None:
         raise DadtInternalError("the runtime returned no output for handle %d" % handle)
     output = torch.from_dlpack(capsule)
+    if output.device != like.device:  # staged through host memory: back to the tensor's GPU
+        output = output.to(like.device)
     if output.dtype != like.dtype:  # e.g. bool that crossed as uint8
         same_size = output.element_size() == like.element_size()
         output = output.view(like.dtype) if same_size else output.to(like.dtype)
@@ -154,6 +175,9 @@ def synchronize(handle: int):
     try:
         if error is not None:
             raise from_core_error(error) from None
+        for m in pending.members:
+            if m.copy_back is not None:
+                m.copy_back[0].copy_(m.copy_back[1])
         return pending.finish(pending.handles) if pending.finish else pending.output
     finally:
         for m in pending.members:

@@ -1,0 +1,169 @@
+// The fusion copy, scale and cast kernels (see device_kernels.h).
+//
+// Batched copy: one launch moves up to kMaxCopiesPerLaunch tensors into or out of the fusion
+// buffer. blockIdx.y selects the span, so a launch costs one kernel submission however many small
+// gradients are fused (cudaMemcpyAsync per tensor costs ~2-5 us of host time each); blockIdx.x
+// strides over the span. 16-byte vector accesses reach the device's copy bandwidth when both
+// pointers and the length are 16-byte aligned, which PyTorch's allocator (512-byte blocks) and the
+// fusion layout give for float32/float16 tensors of even length; other spans fall back to bytes.
+#include "runtime/backends/nccl/device_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace dadt_cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocksPerSpan = 1024;
+
+__global__ void CopyBatchKernel(CopyBatch batch) {
+  const int i = blockIdx.y;
+  const char* src = static_cast<const char*>(batch.src[i]);
+  char* dst = static_cast<char*>(batch.dst[i]);
+  const int64_t n = batch.bytes[i];
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const bool aligned = ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
+                         static_cast<uintptr_t>(n)) & 15) == 0;
+  if (aligned) {
+    const int64_t vn = n / 16;
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    if (src) {
+      const uint4* s = reinterpret_cast<const uint4*>(src);
+      for (int64_t k = tid; k < vn; k += stride) d[k] = s[k];
+    } else {
+      for (int64_t k = tid; k < vn; k += stride) d[k] = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
+  for (int64_t k = tid; k < n; k += stride) dst[k] = src ? src[k] : 0;
+}
+
+// Grid-stride loop over n elements: every kernel below is one of these with its own body.
+#define DADT_FOR_EACH_ELEMENT(k, n)                                                            \
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < (n);       \
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// Conversions that let one template serve float16 and bfloat16 (arithmetic happens in float).
+__device__ float ToFloat(__half h) { return __half2float(h); }
+__device__ float ToFloat(__nv_bfloat16 h) { return __bfloat162float(h); }
+__device__ float ToFloat(float f) { return f; }
+template <typename H> __device__ H FromFloat(float f);
+template <> __device__ __half FromFloat<__half>(float f) { return __float2half_rn(f); }
+template <> __device__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float f) { return __float2bfloat16(f); }
+template <> __device__ float FromFloat<float>(float f) { return f; }
+
+// Element arithmetic, as the host's ScaleBuffer/DivideBuffer (runtime/common/reduce.cc) does it:
+// 16-bit floats compute in float and round once, float32 scales by a float factor, integers scale
+// through double and saturate, and divide as integers.
+template <typename T> struct IntBounds;
+template <> struct IntBounds<uint8_t> { static constexpr uint8_t lo = 0, hi = 255; };
+template <> struct IntBounds<int8_t> { static constexpr int8_t lo = -128, hi = 127; };
+template <> struct IntBounds<int32_t> { static constexpr int32_t lo = -2147483647 - 1, hi = 2147483647; };
+template <> struct IntBounds<int64_t> {
+  static constexpr int64_t lo = -9223372036854775807LL - 1, hi = 9223372036854775807LL;
+};
+
+template <typename T> __device__ T Scaled(T x, double f) {
+  const double v = static_cast<double>(x) * f;
+  if (v != v) return 0;  // NaN
+  if (v <= static_cast<double>(IntBounds<T>::lo)) return IntBounds<T>::lo;
+  if (v >= static_cast<double>(IntBounds<T>::hi)) return IntBounds<T>::hi;
+  return static_cast<T>(v);
+}
+__device__ float Scaled(float x, double f) { return x * static_cast<float>(f); }
+__device__ double Scaled(double x, double f) { return x * f; }
+__device__ __half Scaled(__half x, double f) {
+  return FromFloat<__half>(ToFloat(x) * static_cast<float>(f));
+}
+__device__ __nv_bfloat16 Scaled(__nv_bfloat16 x, double f) {
+  return FromFloat<__nv_bfloat16>(ToFloat(x) * static_cast<float>(f));
+}
+template <typename T> __device__ T Divided(T x, int64_t d) { return x / static_cast<T>(d); }
+__device__ __half Divided(__half x, int64_t d) {
+  return FromFloat<__half>(ToFloat(x) / static_cast<float>(d));
+}
+__device__ __nv_bfloat16 Divided(__nv_bfloat16 x, int64_t d) {
+  return FromFloat<__nv_bfloat16>(ToFloat(x) / static_cast<float>(d));
+}
+
+template <typename T>
+__global__ void ScaleKernel(T* buf, int64_t n, double factor) {
+  DADT_FOR_EACH_ELEMENT(k, n) buf[k] = Scaled(buf[k], factor);
+}
+
+template <typename T>
+__global__ void DivideKernel(T* buf, int64_t n, int64_t divisor) {
+  DADT_FOR_EACH_ELEMENT(k, n) buf[k] = Divided(buf[k], divisor);
+}
+
+template <typename In, typename Out>
+__global__ void ConvertKernel(const In* in, Out* out, int64_t n) {
+  DADT_FOR_EACH_ELEMENT(k, n) out[k] = FromFloat<Out>(ToFloat(in[k]));
+}
+
+unsigned Blocks(int64_t work) {
+  const int64_t b = (work + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > kMaxBlocksPerSpan ? kMaxBlocksPerSpan : b));
+}
+
+}  // namespace
+
+cudaError_t LaunchCopyBatch(const CopyBatch& batch, cudaStream_t stream) {
+  if (batch.count <= 0) return cudaSuccess;
+  int64_t longest = 0;
+  for (int i = 0; i < batch.count; ++i) longest = batch.bytes[i] > longest ? batch.bytes[i] : longest;
+  if (longest == 0) return cudaSuccess;
+  dim3 grid(Blocks(longest / 16 + 1), static_cast<unsigned>(batch.count));
+  CopyBatchKernel<<<grid, kThreads, 0, stream>>>(batch);
+  return cudaGetLastError();
+}
+
+// Calls f with `buf` as a pointer to the element type `type` (dadt's DataType numbering); false
+// for a type the kernels do not handle (bool).
+template <typename F>
+bool WithElementType(void* buf, int type, F f) {
+  switch (type) {
+    case kScaleFloat16: f(static_cast<__half*>(buf)); return true;
+    case kScaleBfloat16: f(static_cast<__nv_bfloat16*>(buf)); return true;
+    case kScaleFloat32: f(static_cast<float*>(buf)); return true;
+    case kScaleFloat64: f(static_cast<double*>(buf)); return true;
+    case kScaleInt32: f(static_cast<int32_t*>(buf)); return true;
+    case kScaleInt64: f(static_cast<int64_t*>(buf)); return true;
+    case kScaleUint8: f(static_cast<uint8_t*>(buf)); return true;
+    case kScaleInt8: f(static_cast<int8_t*>(buf)); return true;
+    default: return false;
+  }
+}
+
+cudaError_t LaunchScale(void* buf, int64_t n, int type, double factor, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const bool known = WithElementType(buf, type, [&](auto* p) {
+    ScaleKernel<<<Blocks(n), kThreads, 0, stream>>>(p, n, factor);
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchDivide(void* buf, int64_t n, int type, int64_t d, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (d <= 0) return cudaErrorInvalidValue;
+  const bool known = WithElementType(buf, type, [&](auto* p) {
+    DivideKernel<<<Blocks(n), kThreads, 0, stream>>>(p, n, d);
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchFloatToHalf(const float* in, void* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  ConvertKernel<<<Blocks(n), kThreads, 0, stream>>>(in, static_cast<__half*>(out), n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchHalfToFloat(const void* in, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  ConvertKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<const __half*>(in), out, n);
+  return cudaGetLastError();
+}
+
+}  // namespace dadt_cuda

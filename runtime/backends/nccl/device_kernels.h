@@ -1,0 +1,44 @@
+// Device kernels of the CUDA build: the fusion buffer's batched copy, scaling and the fp16 cast.
+//
+// Compiled by nvcc (device_kernels.cu, through //tools/cuda:nvcc.bzl); this header is the only
+// thing the C++ side sees, so it uses plain types and cudaStream_t/cudaError_t only. Every launch
+// is asynchronous on `stream` and returns the launch error (cudaSuccess when queued).
+//
+//   dadt_cuda::CopyBatch batch = ...;   // up to kMaxCopiesPerLaunch spans
+//   DADT_CUDA_CHECK("fusion copy", dadt_cuda::LaunchCopyBatch(batch, stream));
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace dadt_cuda {
+
+// One launch copies this many spans; longer lists are split into several launches. The batch is
+// passed by value as a kernel argument (4 KiB limit), so no host-to-device copy of it is needed.
+constexpr int kMaxCopiesPerLaunch = 80;
+
+struct CopyBatch {
+  const void* src[kMaxCopiesPerLaunch];  // null: fill dst with zeros
+  void* dst[kMaxCopiesPerLaunch];
+  int64_t bytes[kMaxCopiesPerLaunch];
+  int count;
+};
+
+// Each span is copied by its own group of blocks, 16 bytes per thread per step where both
+// pointers and the length allow it, byte-wise otherwise.
+cudaError_t LaunchCopyBatch(const CopyBatch& batch, cudaStream_t stream);
+
+// Element types of the scale kernel (dadt's DataType values, as the core numbers them).
+enum ScaleType : int { kScaleFloat16 = 4, kScaleBfloat16 = 5, kScaleFloat32 = 6, kScaleFloat64 = 7,
+                       kScaleInt32 = 2, kScaleInt64 = 3, kScaleUint8 = 0, kScaleInt8 = 1 };
+cudaError_t LaunchScale(void* buf, int64_t count, int type, double factor, cudaStream_t stream);
+// buf[i] /= divisor, exactly as the host's DivideBuffer (integer division for integer types; the
+// 16-bit floats through float), for Average.
+cudaError_t LaunchDivide(void* buf, int64_t count, int type, int64_t divisor, cudaStream_t stream);
+
+// float32 -> float16 (round to nearest even) and back.
+cudaError_t LaunchFloatToHalf(const float* in, void* out, int64_t count, cudaStream_t stream);
+cudaError_t LaunchHalfToFloat(const void* in, float* out, int64_t count, cudaStream_t stream);
+
+}  // namespace dadt_cuda
