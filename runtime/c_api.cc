@@ -2,6 +2,7 @@
 // process-wide state of the library) and converts DLPack views to the core's requests.
 #include "runtime/c_api.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -326,7 +327,21 @@ int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTe
     if (input && out_device != (r.device >= 0 ? r.device : dadt::kCpuDevice)) {
       return (Fail(dadt::InvalidArgument("output of '" + r.name + "' must be on the input's device")), -1);
     }
-    if (input && (*dtype != r.dtype || dadt::Shape(output->shape, output->shape + output->ndim) != r.shape)) {
+    const dadt::Shape out_shape(output->shape, output->shape + output->ndim);
+    if (r.op == dadt::OpType::kAllgather || r.op == dadt::OpType::kReducescatter) {
+      // The result's first dimension is negotiated; the executor checks it against out_shape.
+      if (out_device != dadt::kCpuDevice) {
+        return (Fail(dadt::InvalidArgument("output of '" + r.name + "': a preallocated " +
+                                           dadt::OpTypeName(r.op) + " output must be in host memory")), -1);
+      }
+      if (input && (*dtype != r.dtype || out_shape.size() != std::max<size_t>(r.shape.size(), 1) ||
+                    !std::equal(out_shape.begin() + 1, out_shape.end(),
+                                r.shape.begin() + std::min<size_t>(r.shape.size(), 1)))) {
+        return (Fail(dadt::InvalidArgument("output of '" + r.name + "' must have the input's dtype "
+                                           "and all dimensions but the first")), -1);
+      }
+      e.output_bytes = dadt::NumElements(out_shape) * static_cast<int64_t>(dadt::DataTypeSize(*dtype));
+    } else if (input && (*dtype != r.dtype || out_shape != r.shape)) {
       return (Fail(dadt::InvalidArgument("output of '" + r.name + "' must match the input's dtype and shape")), -1);
     }
     e.output = static_cast<char*>(output->data) + output->byte_offset;

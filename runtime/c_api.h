@@ -8,7 +8,8 @@
  * Tensors cross as DLPack DLTensor views (host memory, compact row-major). The caller keeps the
  * memory of `input` and `output` alive and untouched until the handle completes. Ops whose output
  * size is only known after negotiation (allgather, alltoall, reducescatter) allocate their result
- * inside the runtime; dadt_take_output hands it over as a DLManagedTensor the caller owns.
+ * inside the runtime, unless given an output; dadt_take_output hands it over as a DLManagedTensor
+ * the caller owns.
  *
  *   dadt_init_options o; dadt_init_options_default(&o);
  *   if (dadt_init(&o) != DADT_OK) fprintf(stderr, "%s\n", dadt_last_error());
@@ -146,7 +147,9 @@ int dadt_set_fusion_params(int64_t fusion_threshold_bytes, double cycle_time_ms)
 
 /* Enqueues a collective; returns a handle >= 0 or -1 (see dadt_last_error and
  * dadt_last_error_code). input: the tensor (NULL for barrier and join). output: allreduce and
- * broadcast write here (may be == input for in place); NULL for ops that allocate. */
+ * broadcast write here (may be == input for in place); NULL for ops that allocate. Allgather and
+ * reducescatter take an optional output (same dtype and dimensions but the first): the result is
+ * written there, and a result of another size fails the collective; dadt_take_output is NULL. */
 int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTensor* output);
 int dadt_last_error_code(void);
 

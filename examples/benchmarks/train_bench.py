@@ -6,6 +6,7 @@ Driver (a plain script): launches itself under dadtrun, round after round, and p
     python examples/benchmarks/train_bench.py --np 2                       # all modes + DDP
     python examples/benchmarks/train_bench.py --np 2 --model cnn --layers 6 --width 64
     python examples/benchmarks/train_bench.py --np 2 --dadtrun-args="-H a:1,b:1"   # two hosts
+    sudo examples/benchmarks/two_host_bench.sh     # two namespace hosts, 1 Gbit/s tbf link
 
 Each round launches `dadtrun -np 1` (plain torch, no wrapper: the one-rank baseline) and
 `dadtrun -np N` (every mode in the same job, each with its own model, timed in chunks of --steps
@@ -59,6 +60,9 @@ def parse_args(argv=None):
     p.add_argument("--dadtrun", default=None, help="launcher (default: $DADTRUN, PATH, bazel-bin)")
     p.add_argument("--dadtrun-args", default="", help="extra launcher arguments, e.g. '-H a:1,b:1'")
     p.add_argument("--json", metavar="FILE", help="driver: also write every sample as JSON")
+    p.add_argument("--link-mb-per-s", type=float, default=None,
+                   help="driver: the measured link rate (MB/s); the header then compares one step's "
+                        "computation with one ring allreduce of the gradients at that rate")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.mode_list = [args.mode] if args.mode else [m for m in args.modes.split(",") if m]
@@ -200,6 +204,12 @@ def driver(args):
     print("%d launches x %d chunks of %d timed steps per mode, modes interleaved chunk by chunk; medians; "
           "'vs sync' is the median ratio of chunks run back to back; one rank (plain torch): %.1f samples/s\n"
           % (args.rounds, args.chunks, args.steps, base))
+    if args.link_mb_per_s:
+        # A ring allreduce sends 2 (n-1)/n of the gradients' bytes over each rank's link.
+        comm = 2 * (args.np - 1) / args.np * params * 4 / (args.link_mb_per_s * 1e6)
+        print("one step's computation (one rank, plain torch): %.0f ms; one ring allreduce of the "
+              "gradients at %.1f MB/s: %.0f ms\n" % (1000 * args.batch_size / base, args.link_mb_per_s,
+                                                    1000 * comm))
     print("| mode | ranks | samples/s (median) | min .. max | vs sync | scaling efficiency |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for mode in modes:
@@ -208,6 +218,9 @@ def driver(args):
         ratio = "%.2fx" % statistics.median(a / b for a, b in zip(many[mode], many["sync"])) if sync else "-"
         print("| %s | %d | %.1f | %.1f .. %.1f | %s | %.0f%% |" % (
             mode, args.np, med, min(many[mode]), max(many[mode]), ratio, 100 * med / (args.np * base)))
+    if sync and many.get("ddp"):
+        print("\nsync vs ddp: %.2fx (median of the ratios of chunks run back to back)"
+              % statistics.median(a / b for a, b in zip(many["sync"], many["ddp"])))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"one_rank": one, "ranks": args.np, "samples_per_sec": many, "args": vars(args)}, f,

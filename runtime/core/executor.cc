@@ -9,6 +9,22 @@ namespace dadt {
 namespace core {
 namespace {
 
+// The destination of an allgather / reducescatter of `bytes` bytes: the caller's output when it
+// gave one (of exactly that size), else a new runtime buffer put in *owned.
+StatusOr<void*> ResultBuffer(const TensorEntry& e, DataType dtype, const Shape& shape, int64_t bytes,
+                             std::unique_ptr<HostBuffer>* owned) {
+  if (e.output == nullptr) {
+    *owned = HostBuffer::Allocate(dtype, shape);
+    return static_cast<void*>((*owned)->data.get());
+  }
+  if (e.output_bytes != bytes) {
+    return InvalidArgument("output of '" + e.request.name + "' holds " + std::to_string(e.output_bytes) +
+                           " bytes; the " + OpTypeName(e.request.op) + " result " + ShapeString(shape) +
+                           " needs " + std::to_string(bytes));
+  }
+  return e.output;
+}
+
 Status Scale(void* buf, int64_t n, DataType dtype, double factor) {
   if (factor == 1.0 || n == 0) return Status::OK();
   return ScaleBuffer(buf, n, dtype, factor);
@@ -277,10 +293,12 @@ Status Executor::Allreduce(const Response& r, EntryMap& entries) {
 
 Status Executor::Allgather(const Response& r, TensorEntry& e) {
   GatherLayout l = AllgatherLayout(e.request.shape, r.dtype, r.sizes, size_);
-  auto out = HostBuffer::Allocate(r.dtype, l.out_shape);
-  DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, out->data.get(), l.bytes));
   HandleResult res;
-  res.output = std::move(out);
+  int64_t total = 0;
+  for (int64_t n : l.bytes) total += n;
+  auto out = ResultBuffer(e, r.dtype, l.out_shape, total, &res.output);
+  if (!out.ok()) return out.status();
+  DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, *out, l.bytes));
   Finish(e, std::move(res));
   return Status::OK();
 }
@@ -316,11 +334,12 @@ Status Executor::Reducescatter(const Response& r, TensorEntry& e) {
     in = staged;
   }
   const int64_t my_rows = ScatterRows(d0, size_, rank_);
-  auto out = HostBuffer::Allocate(r.dtype, WithFirstDim(shape, my_rows));
-  DADT_RETURN_IF_ERROR(backend_->Reducescatter(in, out->data.get(), counts, r.dtype, BackendOp(r.reduce_op)));
-  DADT_RETURN_IF_ERROR(PostProcess(r, size_, out->data.get(), counts[rank_]));
   HandleResult res;
-  res.output = std::move(out);
+  auto out = ResultBuffer(e, r.dtype, WithFirstDim(shape, my_rows),
+                          counts[rank_] * static_cast<int64_t>(DataTypeSize(r.dtype)), &res.output);
+  if (!out.ok()) return out.status();
+  DADT_RETURN_IF_ERROR(backend_->Reducescatter(in, *out, counts, r.dtype, BackendOp(r.reduce_op)));
+  DADT_RETURN_IF_ERROR(PostProcess(r, size_, *out, counts[rank_]));
   Finish(e, std::move(res));
   return Status::OK();
 }

@@ -412,6 +412,19 @@ Status Runtime::Validate(const TensorEntry& e) const {
       NumElements(r.shape) > 0) {
     return InvalidArgument("tensor " + quoted + ": an output buffer is required");
   }
+  if (r.op == OpType::kReducescatter && e.output != nullptr) {
+    // This rank's share of the first dimension (lower ranks get the remainder), known already.
+    const int64_t d0 = r.shape.empty() ? 1 : r.shape[0];
+    const int64_t rows = d0 / options_.size + (options_.rank < d0 % options_.size ? 1 : 0);
+    const int64_t bytes = (d0 == 0 ? 0 : NumElements(r.shape) / d0) * rows *
+                          static_cast<int64_t>(DataTypeSize(r.dtype));
+    if (e.output_bytes != bytes) {
+      return InvalidArgument("tensor " + quoted + ": the reducescatter output holds " +
+                             std::to_string(e.output_bytes) + " bytes; rank " +
+                             std::to_string(options_.rank) + "'s share needs " + std::to_string(rows) +
+                             " rows (" + std::to_string(bytes) + " bytes)");
+    }
+  }
   if (r.op != OpType::kBarrier && r.op != OpType::kJoin && e.input == nullptr &&
       NumElements(r.shape) > 0) {
     return InvalidArgument("tensor " + quoted + ": an input buffer is required");

@@ -23,6 +23,9 @@ struct TensorEntry {
   Request request;
   const void* input = nullptr;  // host or device memory (request.device); may be null (barrier, join)
   void* output = nullptr;       // allreduce / broadcast destination; may equal input
+  // Allgather / reducescatter into caller memory (output != nullptr): its size in bytes; the
+  // executor fails the collective if the negotiated result has another size.
+  int64_t output_bytes = 0;
   int64_t handle = -1;
   int64_t enqueue_us = 0;  // timeline::NowMicros() at Enqueue, for the QUEUE phase
   uintptr_t stream = 0;    // GPU tensors: the framework's stream the data is ready on (0: default)

@@ -59,3 +59,20 @@ def test_allgather_does_not_modify_input(world, nm):
     before = x.clone()
     dadt.allgather(x, name=nm())
     assert_equal(x, before, "allgather input")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool], ids=dtype_id)
+def test_allgather_async_into_out(world, nm, dtype):
+    # out=: the runtime writes into the caller's tensor (uneven rows, rank 0 empty) and
+    # synchronize() returns that very tensor.
+    x = values((world.rank, 3), dtype, world.rank, salt=4)
+    out = torch.zeros(sum(range(world.size)), 3, dtype=dtype)
+    result = dadt.synchronize(dadt.allgather_async(x, name=nm(), out=out))
+    assert result is out
+    expected = torch.cat([values((r, 3), dtype, r, salt=4) for r in range(world.size)])
+    assert_equal(out, expected, "allgather into out")
+
+
+def test_allgather_out_wrong_trailing_shape_is_refused(world, nm):
+    with pytest.raises(ValueError, match="all dimensions but the first"):
+        dadt.allgather_async(torch.zeros(2, 3), name=nm(), out=torch.zeros(2 * world.size, 4))

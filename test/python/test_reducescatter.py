@@ -77,3 +77,26 @@ def test_reducescatter_async_out_of_order(world, nm):
     outs = {i: dadt.synchronize(handles[i]) for i in reversed(range(len(shapes)))}
     for i, s in enumerate(shapes):
         assert_equal(outs[i], expected_part("Sum", s, torch.float32, world, salt=i), f"reducescatter_async {i}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32], ids=dtype_id)
+def test_reducescatter_async_into_out(world, nm, dtype):
+    # out=: this rank's rows land in the caller's tensor, a view into a larger buffer, and
+    # synchronize() returns that very tensor; the rest of the buffer is left alone.
+    shape = (2 * world.size + 1, 3)
+    lo, hi = my_slice(shape[0], world.rank, world.size)
+    backing = torch.full((hi - lo + 2, 3), 7, dtype=dtype)
+    out = backing[1:1 + hi - lo]
+    x = inputs_for("Average", shape, dtype, world.rank, world.size, salt=6)
+    result = dadt.synchronize(dadt.reducescatter_async(x, name=nm(), out=out))
+    assert result is out
+    assert_equal(out, expected_part("Average", shape, dtype, world, salt=6), "reducescatter into out")
+    assert (backing[0] == 7).all() and (backing[-1] == 7).all(), "wrote outside out"
+
+
+def test_reducescatter_out_of_the_wrong_size_is_refused(world, nm):
+    # Every rank refuses at enqueue (its share is known), naming the tensor and the rows needed.
+    shape = (2 * world.size + 1, 3)
+    lo, hi = my_slice(shape[0], world.rank, world.size)
+    with pytest.raises(ValueError, match=r"reducescatter output holds .* needs %d rows" % (hi - lo)):
+        dadt.reducescatter_async(torch.ones(shape), name=nm(), out=torch.zeros(hi - lo + 1, 3))

@@ -173,7 +173,18 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None,
                                                 postscale_factor))
 
 
-def allgather_async(tensor, name=None) -> int:
+def _check_out(out, tensor, name):
+    """`out=` of allgather / reducescatter: a contiguous tensor of the input's dtype and device
+    whose dimensions but the first match the input's (the runtime checks the first)."""
+    check_tensor(out, name)
+    if (out.dtype != tensor.dtype or out.dim() != max(tensor.dim(), 1)
+            or tuple(out.shape[1:]) != tuple(tensor.shape[1:])):
+        raise ValueError("out= of '%s' must have the input's dtype (%s) and all dimensions but the "
+                         "first (%s), got %s %s" % (name, tensor.dtype, tuple(tensor.shape[1:]),
+                                                    out.dtype, tuple(out.shape)))
+
+
+def allgather_async(tensor, name=None, out=None) -> int:
     """A function that asynchronously concatenates the input tensor with the same input tensor on
     all other dadt processes. The input tensor is not modified.
 
@@ -184,12 +195,18 @@ def allgather_async(tensor, name=None) -> int:
     Arguments:
         tensor: A tensor to allgather.
         name: A name of the allgather operation.
+        out: Optional preallocated result (sum of the first dimensions of all ranks' inputs);
+            the runtime writes into it instead of allocating, and `synchronize()` returns it.
+            A wrong first dimension fails the collective (and the job) with an error naming it.
 
     Returns:
         A handle to the allgather operation that can be used with `poll()` or `synchronize()`.
     """
     name = auto_name("allgather", name)
     check_tensor(tensor, name)
+    if out is not None:
+        _check_out(out, tensor, name)
+        return register([enqueue(OP_ALLGATHER, name, tensor, out)], out)
     member = enqueue(OP_ALLGATHER, name, tensor)
     return register([member], finish=lambda hs: take_output(hs[0], tensor))
 
@@ -287,7 +304,7 @@ def alltoall_async(tensor, splits=None, name=None) -> int:
 
 
 def reducescatter_async(tensor, name=None, op=Average,
-                        prescale_factor=1.0, postscale_factor=1.0) -> int:
+                        prescale_factor=1.0, postscale_factor=1.0, out=None) -> int:
     """A function that performs asynchronous reduction of the input tensor over all the dadt
     processes, then scatters the results across all dadt processes. The input tensor is not
     modified.
@@ -304,6 +321,8 @@ def reducescatter_async(tensor, name=None, op=Average,
             Average.
         prescale_factor: Multiplicative factor to scale tensor before reducescatter.
         postscale_factor: Multiplicative factor to scale tensor after reducescatter.
+        out: Optional preallocated result (this rank's rows); the runtime writes into it instead
+            of allocating, and `synchronize()` returns it. It must not overlap `tensor`.
 
     Returns:
         A handle to the reducescatter operation that can be used with `poll()` or
@@ -311,8 +330,12 @@ def reducescatter_async(tensor, name=None, op=Average,
     """
     name = auto_name("reducescatter", name)
     check_tensor(tensor, name)
-    member = enqueue(OP_REDUCESCATTER, name, tensor, None, op, prescale_factor,
+    if out is not None:
+        _check_out(out, tensor, name)
+    member = enqueue(OP_REDUCESCATTER, name, tensor, out, op, prescale_factor,
                      postscale_factor)
+    if out is not None:
+        return register([member], out)
     return register([member], finish=lambda hs: take_output(hs[0], tensor))
 
 

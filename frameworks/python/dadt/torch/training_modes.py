@@ -25,7 +25,8 @@ from typing import Dict, List, Optional
 
 import torch
 
-from dadt.torch.handles import poll, synchronize
+from dadt.common.basics import rank, size
+from dadt.torch.handles import synchronize
 from dadt.torch.mpi_ops import allgather_async, allreduce_async_, reducescatter_async
 
 MODES = ("sync", "async", "dear")
@@ -280,15 +281,26 @@ class AsyncEngine(ModeEngine):
 
 
 class DearEngine(ModeEngine):
-    """DeAR: reduce-scatter in backward, all-gather before the next forward, per-bucket update."""
+    """DeAR: reduce-scatter in backward, all-gather before the next forward, per-bucket update.
+
+    No collective allocates: a bucket's reduce-scatter writes this rank's shard into a buffer
+    made once, and its all-gather writes the averaged bucket back into the bucket's own flat
+    buffer (whose views are the gradients the update uses). step() waits for the reduce-scatters
+    (issued in backward, so mostly done) and issues every all-gather at once in layer order, so
+    they are negotiated together and run, first layer first, while the next forward runs."""
 
     name = "dear"
 
     def __init__(self, opt, params, bucket_bytes, base_step, model):
         super().__init__(opt, params, bucket_bytes, base_step)
-        self._rs = {}        # bucket index -> (handle, ctx) of the reduce-scatter
+        self._rs = {}        # bucket index -> (handle, ctx, tensor) of the reduce-scatter
         self._ag = {}        # bucket index -> (handle, ctx) of the all-gather
         self._deferred = []  # bucket indices whose update step() scheduled, in layer order
+        # This rank's rows of a flat bucket (the reduce-scatter splits the first dimension,
+        # lower ranks taking the remainder), preallocated per bucket.
+        n, r = size(), rank()
+        self._shards = [torch.empty(b.numel // n + (1 if r < b.numel % n else 0),
+                                    dtype=b.buffers[0].dtype) for b in self.buckets]
         self._module_hooks = []
         owned = {}
         for module in model.modules():
@@ -303,7 +315,6 @@ class DearEngine(ModeEngine):
         def hook(*_):
             for index in indices:
                 self._complete(index)
-            self._pump()
         return hook
 
     def _before_fill(self, bucket, p):
@@ -323,35 +334,27 @@ class DearEngine(ModeEngine):
 
     def _start(self, bucket, flat):
         tensor, ctx = self._compressed(flat)
+        shard = self._shards[bucket.index]
+        if tensor.dtype != shard.dtype:  # a compressor that changes the dtype
+            shard = torch.empty(shard.numel(), dtype=tensor.dtype)
         op, prescale, postscale = self._opt._scale_factors()
         handle = reducescatter_async(tensor, name="dear.rs.b%d" % bucket.index, op=op,
-                                     prescale_factor=prescale, postscale_factor=postscale)
-        self._rs[bucket.index] = (handle, ctx)
+                                     prescale_factor=prescale, postscale_factor=postscale, out=shard)
+        self._rs[bucket.index] = (handle, ctx, tensor)
 
-    def _gather(self, index):
-        handle, ctx = self._rs.pop(index)
-        shard = synchronize(handle)
-        self._ag[index] = (allgather_async(shard, name="dear.ag.b%d" % index), ctx)
-
-    def _pump(self):
-        """Starts the all-gathers whose reduce-scatter has finished, in layer order, never one
-        before an earlier bucket's."""
-        for index in self._deferred:
-            if index in self._ag:
-                continue
-            if not poll(self._rs[index][0]):
-                return
-            self._gather(index)
+    def _gather_all(self):
+        """Waits for the reduce-scatters and starts every all-gather, in layer order. The
+        all-gather writes into the reduce-scatter's input (the bucket's flat buffer, or the
+        compressed copy of it), which nothing reads any more."""
+        for index in sorted(self._rs):
+            handle, ctx, tensor = self._rs.pop(index)
+            shard = synchronize(handle)
+            self._ag[index] = (allgather_async(shard, name="dear.ag.b%d" % index, out=tensor), ctx)
 
     def _complete(self, index):
-        """Applies bucket `index`'s deferred update, starting the all-gathers it waits behind."""
+        """Applies bucket `index`'s deferred update once its all-gather is done."""
         if index not in self._deferred:
             return
-        for earlier in self._deferred:
-            if earlier not in self._ag:
-                self._gather(earlier)
-            if earlier == index:
-                break
         handle, ctx = self._ag.pop(index)
         flat = self._decompressed(synchronize(handle), ctx)
         bucket = self.buckets[index]
@@ -361,7 +364,7 @@ class DearEngine(ModeEngine):
     def step(self):
         self._submit_remaining()
         self._deferred = sorted(self._rs)
-        self._pump()
+        self._gather_all()
         self._step += 1
 
     def synchronize(self):

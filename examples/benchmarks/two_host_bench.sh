@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The training-modes table on two hosts joined by a slow link (docs/performance.md, issue 6):
+# network namespaces h1 and h2 from tools/netns_hosts.sh, 1 rank each, every packet between them
+# through a tc `tbf` qdisc on both veths (the egress towards each host), so each direction of the
+# link is limited to RATE. Runs train_bench.py (sync, async, dear and torch DDP interleaved, several
+# launches) under `dadtrun -H h1:1,h2:1 --network-interface dadt0` and prints its table.
+#
+#   sudo examples/benchmarks/two_host_bench.sh                   # the documented run
+#   sudo examples/benchmarks/two_host_bench.sh --rounds 5        # extra options go to train_bench.py
+#
+# Environment: RATE (1gbit), BURST (256kb), LATENCY (10ms: the tbf queue's bound), PYTHON (the
+# interpreter with dadt installed; default: python3), DADTRUN (default: beside $PYTHON, else PATH).
+# Hosts it had to create are removed at the end; the shaping is always removed (trap), also on
+# Ctrl-C or failure. Needs root, ip(8), tc(8) and sshd (tools/install_deps.sh installs them).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+RATE="${RATE:-1gbit}"
+BURST="${BURST:-256kb}"
+LATENCY="${LATENCY:-10ms}"
+DEVS=(dadt-h1 dadt-h2)
+NETNS="$ROOT/tools/netns_hosts.sh"
+
+[ "$(id -u)" -eq 0 ] || { echo "two_host_bench: must run as root (namespaces, tc)" >&2; exit 2; }
+command -v tc >/dev/null || { echo "two_host_bench: tc(8) not found; install iproute2" >&2; exit 2; }
+
+created=0
+status=$(bash "$NETNS" status)
+if ! grep -Eq '^h1 .*namespace=present sshd=running' <<<"$status" ||
+   ! grep -Eq '^h2 .*namespace=present sshd=running' <<<"$status"; then
+    grep -q 'namespace=present' <<<"$status" || created=1
+    bash "$NETNS" up
+fi
+
+cleanup() {
+    local dev
+    for dev in "${DEVS[@]}"; do tc qdisc del dev "$dev" root 2>/dev/null || true; done
+    if [ "$created" -eq 1 ]; then bash "$NETNS" down || true; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+for dev in "${DEVS[@]}"; do
+    tc qdisc replace dev "$dev" root tbf rate "$RATE" burst "$BURST" latency "$LATENCY"
+done
+echo "shaping: $(tc qdisc show dev dadt-h1 | head -1) (also on dadt-h2)"
+
+# What the link carries: one TCP stream h1 -> h2 for ~100 MB (payload rate, MB/s).
+LINK_MBPS=$(
+    ip netns exec h2 "$PYTHON" - <<'PY' &
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("10.211.0.12", 5999)); s.listen(1); s.settimeout(30)
+c, _ = s.accept(); got = 0
+while True:
+    b = c.recv(1 << 20)
+    if not b: break
+    got += len(b)
+PY
+    sleep 0.5
+    ip netns exec h1 "$PYTHON" - <<'PY'
+import socket, time
+c = socket.create_connection(("10.211.0.12", 5999), timeout=30); buf = b"x" * (1 << 20)
+t = time.perf_counter()
+for _ in range(100): c.sendall(buf)
+c.shutdown(socket.SHUT_WR); c.recv(1)
+print("%.1f" % (100 * (1 << 20) / (time.perf_counter() - t) / 1e6))
+PY
+    wait
+)
+echo "link h1 -> h2: $LINK_MBPS MB/s (one TCP stream)"
+echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+
+# ~10M parameters (10 hidden Linear layers of width 1024 = 42 MB of fp32 gradients) and a batch
+# large enough that one step's computation takes about as long as moving the gradients once over
+# the link, as in a real data-parallel job (the table's header states both).
+"$PYTHON" "$ROOT/examples/benchmarks/train_bench.py" --np 2 --model mlp --layers 10 --width 1024 \
+    --batch-size 80 --rounds 3 --chunks 4 --steps 3 --warmup-steps 2 --link-mb-per-s "$LINK_MBPS" \
+    --dadtrun-args "-H h1:1,h2:1 --network-interface dadt0" "$@"

@@ -1,0 +1,38 @@
+"""examples/benchmarks/two_host_bench.sh: the training-modes table over a tbf-shaped link between
+two network-namespace hosts, with a tiny model (what is checked is the script, not the speed)."""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import PY, REPO, worker_env
+from test_multihost import _why_no_namespaces
+
+SCRIPT = os.path.join(REPO, "examples", "benchmarks", "two_host_bench.sh")
+TINY = ["--layers", "2", "--width", "64", "--batch-size", "8", "--rounds", "1", "--chunks", "1",
+        "--steps", "1", "--warmup-steps", "1"]
+
+
+def _qdiscs(dev):
+    return subprocess.run(["tc", "qdisc", "show", "dev", dev], capture_output=True, text=True).stdout
+
+
+def test_table_of_every_mode_and_the_shaping_removed(dadtrun):
+    why = _why_no_namespaces() or (None if shutil.which("tc") else "tc(8) not found (iproute2)")
+    if why:
+        pytest.skip(why)
+    env = worker_env()
+    env.update(PYTHON=PY, DADTRUN=dadtrun)
+    proc = subprocess.run(["bash", SCRIPT] + TINY, env=env, capture_output=True, text=True,
+                          timeout=600, stdin=subprocess.DEVNULL, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert re.search(r"^shaping: qdisc tbf .*rate 1Gbit", out, re.M), out
+    assert re.search(r"^link h1 -> h2: \d+\.\d MB/s", out, re.M), out
+    for mode in ("sync", "async", "dear", "ddp"):
+        assert re.search(r"^\| %s \| 2 \| \d+\.\d \| .* \| \d+\.\d\dx \| \d+%% \|$" % mode, out, re.M), out
+    assert re.search(r"^sync vs ddp: \d+\.\d\dx", out, re.M), out
+    for dev in ("dadt-h1", "dadt-h2"):
+        assert "tbf" not in _qdiscs(dev), "the shaping on %s outlived the script" % dev
