@@ -18,6 +18,7 @@
 #include "runtime/common/rendezvous/client.h"
 #include "runtime/common/rendezvous/in_memory_store.h"
 #include "runtime/common/rendezvous/socket.h"
+#include "runtime/core/op_layout.h"
 
 namespace dadt {
 namespace core {
@@ -414,10 +415,8 @@ Status Runtime::Validate(const TensorEntry& e) const {
   }
   if (r.op == OpType::kReducescatter && e.output != nullptr) {
     // This rank's share of the first dimension (lower ranks get the remainder), known already.
-    const int64_t d0 = r.shape.empty() ? 1 : r.shape[0];
-    const int64_t rows = d0 / options_.size + (options_.rank < d0 % options_.size ? 1 : 0);
-    const int64_t bytes = (d0 == 0 ? 0 : NumElements(r.shape) / d0) * rows *
-                          static_cast<int64_t>(DataTypeSize(r.dtype));
+    const int64_t rows = ScatterRows(r.shape.empty() ? 1 : r.shape[0], options_.size, options_.rank);
+    const int64_t bytes = RowElements(r.shape) * rows * static_cast<int64_t>(DataTypeSize(r.dtype));
     if (e.output_bytes != bytes) {
       return InvalidArgument("tensor " + quoted + ": the reducescatter output holds " +
                              std::to_string(e.output_bytes) + " bytes; rank " +

@@ -19,8 +19,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from dadt.common import dlpack
-from dadt.common.basics import _core, call
-from dadt.common.exceptions import DadtInternalError, from_core_error
+from dadt.common.basics import _core, call, wait_all
+from dadt.common.exceptions import DadtInternalError
 from dadt.common.util import collective_name
 from dadt.common.util import (NOT_INITIALIZED, OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL,
                               OP_BARRIER, OP_BROADCAST, OP_JOIN, OP_REDUCESCATTER, Average, Max,
@@ -221,16 +221,11 @@ def synchronize(handle: int) -> Any:
     entry = _entries.get(handle)
     if entry is None:
         raise ValueError("unknown dadt handle %r (already synchronized?)" % (handle,))
-    failure = None
-    for h in entry.handles:  # every member, so that none still writes into freed memory
-        try:
-            _core.wait(h)
-        except _core.CoreError as e:
-            failure = failure or e
+    failure = wait_all(entry.handles)
     del _entries[handle]
     try:
         if failure is not None:
-            raise from_core_error(failure) from None
+            raise failure from None
         return entry.result(entry.handles)
     finally:
         for h, n in zip(entry.handles, entry.names):

@@ -41,6 +41,19 @@ def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
         raise from_core_error(e) from None
 
 
+def wait_all(handles) -> Optional[BaseException]:
+    """Waits for every core handle in ``handles``, so that none still writes into memory the caller
+    is about to free, and returns the first failure as a dadt exception (None when all succeeded).
+    Used by every front end's ``synchronize``."""
+    error = None
+    for h in handles:
+        try:
+            _core.wait(h)
+        except _core.CoreError as e:
+            error = error or e
+    return None if error is None else from_core_error(error)
+
+
 def _pick_backend(broad_cast_executor: Optional[str], all_reduce_executor: Optional[str]):
     built = _core.built_backends()
     chosen = None

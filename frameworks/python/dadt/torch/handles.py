@@ -16,8 +16,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 import torch
 import torch.utils.dlpack
 
-from dadt.common.basics import _core, call
-from dadt.common.exceptions import DadtInternalError, from_core_error
+from dadt.common.basics import _core, call, wait_all
+from dadt.common.exceptions import DadtInternalError
 from dadt.common.util import NOT_INITIALIZED, Average, collective_name
 
 _SUPPORTED_DTYPES = (torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
@@ -163,18 +163,13 @@ def synchronize(handle: int):
     pending = _handle_map.get(handle)
     if pending is None:
         return None
-    error = None
-    for h in pending.handles:  # wait for every member, so none still writes into freed memory
-        try:
-            _core.wait(h)
-        except _core.CoreError as e:
-            error = error or e
+    error = wait_all(pending.handles)
     # Only now, with every member done, does the entry go: a KeyboardInterrupt inside wait() leaves
     # it (and the tensors it keeps alive) in place, and synchronize() can be called again.
     del _handle_map[handle]
     try:
         if error is not None:
-            raise from_core_error(error) from None
+            raise error from None
         for m in pending.members:
             if m.copy_back is not None:
                 m.copy_back[0].copy_(m.copy_back[1])
