@@ -36,6 +36,9 @@ struct BackendOptions : JobGeometry {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // Timeout for connecting to the other ranks at start-up (0: use `timeout`).
   std::chrono::milliseconds connect_timeout{0};
+  // Engines that pipeline large transfers (Gloo's all-gather and reduce-scatter rings): the
+  // segment size in bytes, 0 for the engine's default. Others ignore it.
+  int64_t segment_bytes = 0;
   // Rendezvous store; outlives the backend's constructor only (backends copy what they need).
   KeyValueStore* store = nullptr;
   // Keys this backend writes are prefixed with this (e.g. "gloo/0/").

@@ -46,6 +46,7 @@ inline constexpr const char kEagerThreshold[] = "DADT_EAGER_THRESHOLD";    // by
 inline constexpr const char kHierarchicalAllreduce[] = "DADT_HIERARCHICAL_ALLREDUCE";
 inline constexpr const char kStartTimeout[] = "DADT_START_TIMEOUT";        // seconds
 inline constexpr const char kGlooTimeout[] = "DADT_GLOO_TIMEOUT_SECONDS";  // seconds per collective
+inline constexpr const char kGlooSegmentBytes[] = "DADT_GLOO_SEGMENT_BYTES";  // 0 = engine default
 inline constexpr const char kLogLevel[] = "DADT_LOG_LEVEL";  // trace|debug|info|warning|error
 inline constexpr const char kStallCheckTime[] = "DADT_STALL_CHECK_TIME_SECONDS";
 inline constexpr const char kStallShutdownTime[] = "DADT_STALL_SHUTDOWN_TIME_SECONDS";

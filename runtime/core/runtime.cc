@@ -118,6 +118,11 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   DADT_ASSIGN_ENV(op_s, env::GetInt(env::kGlooTimeout, env::kDefaultGlooTimeoutSeconds));
   o.start_timeout = std::chrono::seconds(start_s);
   o.op_timeout = std::chrono::seconds(op_s);
+  DADT_ASSIGN_ENV(o.segment_bytes, env::GetInt(env::kGlooSegmentBytes, 0));
+  if (o.segment_bytes < 0) {
+    return InvalidArgument(std::string(env::kGlooSegmentBytes) + " must be >= 0 bytes (0: the " +
+                           "default, 1 MiB), got " + std::to_string(o.segment_bytes));
+  }
   DADT_ASSIGN_ENV(o.stall, StallOptions::FromEnv());
   o.iface = env::GetString(env::kIface);
   o.secret = env::GetString(env::kSecret);
@@ -258,6 +263,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requeste
   bo.iface = options.iface;
   bo.timeout = options.op_timeout;
   bo.connect_timeout = options.start_timeout;
+  bo.segment_bytes = options.segment_bytes;
   bo.store = rt->store_.get();
   bo.store_prefix = options.backend + "/";
   bo.native_comm = options.native_comm;

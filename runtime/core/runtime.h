@@ -61,6 +61,7 @@ struct RuntimeOptions : JobGeometry {
   std::string secret;
   std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds op_timeout{std::chrono::seconds(300)};
+  int64_t segment_bytes = 0;  // DADT_GLOO_SEGMENT_BYTES; 0: the engine's default
   StallOptions stall;  // rank 0's stall inspector (DADT_STALL_*)
 
   // The launcher's environment (docs/running.md); junk values are InvalidArgument naming them.

@@ -7,7 +7,6 @@
 #include <numeric>
 #include <string>
 
-#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
@@ -18,6 +17,7 @@
 
 #include "runtime/backends/gloo/gloo_error.h"
 #include "runtime/backends/gloo/peer_watchdog.h"
+#include "runtime/backends/gloo/ring.h"
 #include "runtime/backends/gloo/store_adapter.h"
 #include "runtime/backends/gloo/tracked_transport.h"
 #include "runtime/common/reduce.h"
@@ -125,6 +125,8 @@ GlooBackend::GlooBackend(const BackendOptions& options, std::shared_ptr<::gloo::
     : rank_(options.rank),
       size_(options.size),
       timeout_(options.timeout),
+      segment_bytes_(options.segment_bytes > 0 ? options.segment_bytes
+                                               : internal::kDefaultSegmentBytes),
       context_(std::move(context)) {
   if (context_) {
     watchdog_ = std::make_unique<internal::PeerWatchdog>(context_, std::move(registry),
@@ -209,16 +211,20 @@ Status GlooBackend::Allgatherv(const void* in, void* out,
     return Status::OK();
   }
   if (total == 0) return Status::OK();  // every rank sees the same sizes: a consistent skip
+  if (mine > 0 && in != dst + offset) std::memmove(dst + offset, in, mine);
   return Finish(DADT_GLOO_STATUS("allgatherv", {
     internal::PeerWatchdog::Scope watch(watchdog_.get());
-    ::gloo::AllgathervOptions opts(context_);
-    opts.setTag(NextTag());
-    opts.setTimeout(timeout_);
-    // Input already in place at our offset: let Gloo skip the copy.
-    if (in != dst + offset) opts.setInput(NonNull(in), mine);
-    opts.setOutput(dst, std::vector<size_t>(bytes_per_rank.begin(), bytes_per_rank.end()));
-    ::gloo::allgatherv(opts);
+    internal::RingAllgather(NextRing(), dst, bytes_per_rank);
   }));
+}
+
+internal::RingOptions GlooBackend::NextRing() {
+  internal::RingOptions o;
+  o.context = context_;
+  o.tag = NextTag();
+  o.timeout = timeout_;
+  o.segment_bytes = segment_bytes_;
+  return o;
 }
 
 Status GlooBackend::Broadcast(void* buf, int64_t bytes, int root) {

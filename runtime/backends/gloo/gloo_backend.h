@@ -8,10 +8,13 @@
 //                  buffer) at the cost of 2(n-1) latency steps, which is why small tensors are
 //                  fused by the core first. float32 Sum uses gloo::sum<float>, exactly what raw
 //                  Gloo uses; every other dtype/op reduces with dadt::ReduceBinary.
-//   Allgatherv     Gloo's ring allgatherv (n-1 steps, each rank forwards one block per step).
+//   Allgatherv     dadt's ring over Gloo's pairs (ring.h): n-1 steps, each rank forwards one block
+//                  per step in segments (DADT_GLOO_SEGMENT_BYTES, default 1 MiB), two in flight,
+//                  each clocked by the segment received before it.
 //   Broadcast      Gloo's binomial tree from `root` (ceil(log2 n) steps, whole buffer per step).
 //   Alltoallv      Gloo's pairwise exchange: all n-1 sends and receives posted at once.
-//   Reducescatter  alltoallv of the chunks + a local reduction (see reducescatter.cc for why).
+//   Reducescatter  the same segmented ring (ring.h), reducing each received segment into this
+//                  rank's partial sums (reducescatter.cc).
 //   Barrier        Gloo's dissemination barrier: ceil(log2 n) rounds of zero-byte messages.
 //
 // size == 1 needs no network: no device, no store traffic, and every collective is a local copy
@@ -49,6 +52,7 @@ namespace gloo {
 namespace internal {
 class BufferRegistry;
 class PeerWatchdog;
+struct RingOptions;
 }  // namespace internal
 
 class GlooBackend final : public Backend {
@@ -80,15 +84,18 @@ class GlooBackend final : public Backend {
   static Status CheckReduce(int64_t count, DataType dtype, ReduceOp op);
   static char* NonNull(const void* p);
   uint32_t NextTag() { return tag_++; }
+  // A ring collective's options (ring.h), with the next tag.
+  internal::RingOptions NextRing();
 
   const int rank_;
   const int size_;
   const std::chrono::milliseconds timeout_;
+  const int64_t segment_bytes_;  // the rings' segment size (ring.h)
   std::shared_ptr<::gloo::Context> context_;  // null when size_ == 1
   std::unique_ptr<internal::PeerWatchdog> watchdog_;  // null when size_ == 1; dies before context_
   uint32_t tag_ = 0;
   Status broken_;
-  std::vector<char> scratch_;  // Reducescatter's receive area, reused between calls
+  std::vector<char> scratch_;  // Reducescatter's partial sums, reused between calls
 };
 
 }  // namespace gloo

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "runtime/backends/backend.h"
 #include "runtime/backends/gloo/gloo_error.h"
 #include "runtime/backends/gloo/store_adapter.h"
+#include "test/runtime/backends/expected_values.h"
 #include "test/runtime/backends/in_memory_kv_store.h"
 #include "test/runtime/backends/rank_threads.h"
 
@@ -217,6 +219,99 @@ TEST(GlooBackendFailureTest, StalledPeerTimesOut) {
   }, &seconds);
   EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.ToString();
   EXPECT_LT(seconds, 1.4);
+}
+
+// The all-gather and reduce-scatter rings (ring.h) with segments far smaller than the blocks, so
+// that every block crosses in many segments through the two-deep window, odd segment sizes that
+// do not divide the blocks (and, for the reduce-scatter, are rounded to whole elements), uneven
+// and empty blocks, in place and not. The conformance suite runs the default 1 MiB segments.
+void RunRanksWithSegments(int size, int64_t segment_bytes,
+                          const std::function<void(int, Backend&)>& body) {
+  InMemoryKeyValueStore store;
+  const std::string prefix = testutil::UniqueStorePrefix();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      BackendOptions o = Options(r, size, &store, milliseconds(20000));
+      o.store_prefix = prefix;
+      o.segment_bytes = segment_bytes;
+      auto b = BackendRegistry::Create("gloo", o);
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
+      body(r, **b);
+      EXPECT_TRUE((*b)->Barrier().ok());  // keep every rank alive until all are done
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(GlooRingTest, AllgathervInManySegments) {
+  for (int n : {2, 3, 4}) {
+    for (int64_t segment : {1, 7, 1024}) {
+      RunRanksWithSegments(n, segment, [n, segment](int rank, Backend& b) {
+        std::vector<std::vector<int64_t>> patterns = {std::vector<int64_t>(n, 0)};
+        std::vector<int64_t> uneven(n), one_empty(n);
+        for (int r = 0; r < n; ++r) {
+          uneven[r] = segment == 1 ? 3 + r : 5000 + r * 1237;
+          one_empty[r] = r == 1 ? 0 : 50 + 13 * r;
+        }
+        patterns.push_back(uneven);
+        patterns.push_back(one_empty);
+        for (const auto& bytes : patterns) {
+          const int64_t total = std::accumulate(bytes.begin(), bytes.end(), int64_t{0});
+          const int64_t offset =
+              std::accumulate(bytes.begin(), bytes.begin() + rank, int64_t{0});
+          for (bool in_place : {false, true}) {
+            std::vector<char> out(total + 1, 0x5a), in(bytes[rank] + 1);
+            char* src = in_place ? out.data() + offset : in.data();
+            for (int64_t k = 0; k < bytes[rank]; ++k) src[k] = testutil::Byte(rank, 1, k);
+            EXPECT_TRUE(b.Allgatherv(src, out.data(), bytes).ok());
+            int64_t pos = 0, bad = 0;
+            for (int r = 0; r < n; ++r) {
+              for (int64_t k = 0; k < bytes[r]; ++k) bad += out[pos++] != testutil::Byte(r, 1, k);
+            }
+            EXPECT_EQ(bad, 0) << n << " ranks, segment " << segment << ", rank " << rank;
+            EXPECT_EQ(out[total], 0x5a) << "wrote past the end";
+          }
+        }
+      });
+    }
+  }
+}
+
+TEST(GlooRingTest, ReducescatterInManySegments) {
+  const DataType kTypes[] = {DataType::kInt8, DataType::kInt32, DataType::kFloat16,
+                             DataType::kFloat32, DataType::kFloat64};
+  const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+  for (int n : {2, 3, 4}) {
+    for (int64_t segment : {3, 64}) {  // 3 bytes: rounded to whole elements (at least one)
+      RunRanksWithSegments(n, segment, [&, n, segment](int rank, Backend& b) {
+        std::vector<int64_t> lopsided(n);
+        for (int r = 0; r < n; ++r) lopsided[r] = r == 1 ? 0 : 90 + 31 * r;
+        for (const auto& counts : {testutil::EvenSplit(503, n), lopsided}) {
+          const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+          const int64_t offset =
+              std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
+          for (DataType dtype : kTypes) {
+            for (ReduceOp op : kOps) {
+              std::vector<char> in = testutil::Buffer(total, dtype);
+              for (int64_t i = 0; i < total; ++i) {
+                testutil::Put(in.data(), i, dtype, testutil::Input(rank, i, dtype, op));
+              }
+              std::vector<char> out = testutil::Buffer(counts[rank], dtype);
+              ASSERT_TRUE(b.Reducescatter(in.data(), out.data(), counts, dtype, op).ok());
+              int64_t bad = 0;
+              for (int64_t i = 0; i < counts[rank]; ++i) {
+                bad += testutil::Get(out.data(), i, dtype) !=
+                       testutil::Expected(n, offset + i, dtype, op);
+              }
+              EXPECT_EQ(bad, 0) << n << " ranks, segment " << segment << ", rank " << rank
+                                << ", " << testutil::Describe(dtype, op, total);
+            }
+          }
+        }
+      });
+    }
+  }
 }
 
 }  // namespace
