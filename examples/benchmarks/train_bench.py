@@ -133,16 +133,6 @@ def worker(args):
     import dadt.torch as dadt
     torch.set_num_threads(args.threads)
     dadt.init()
-    if os.environ.get("XNICE"):
-        me = os.getpid()
-        for tid in os.listdir("/proc/self/task"):
-            if int(tid) != me:
-                try:
-                    name = open("/proc/self/task/%s/comm" % tid).read().strip()
-                    os.setpriority(os.PRIO_PROCESS, int(tid), int(os.environ["XNICE"]))
-                    if dadt.rank() == 0: print("niced", tid, name, flush=True)
-                except OSError as e:
-                    print("nice failed", e)
     if "ddp" in args.mode_list:
         import torch.distributed as dist
         dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from dadtrun
