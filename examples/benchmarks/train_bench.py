@@ -10,7 +10,11 @@ Driver (a plain script): launches itself under dadtrun, round after round, and p
 
 Each round launches `dadtrun -np 1` (plain torch, no wrapper: the one-rank baseline) and
 `dadtrun -np N` (every mode in the same job, each with its own model, timed in chunks of --steps
-steps, the modes interleaved chunk by chunk in a rotated order); the table holds the median of
+steps, the modes interleaved chunk by chunk in a rotated order). A chunk is timed in steady state,
+as in a long training run: one untimed step first fills the pipeline (async's allreduce of it is in
+flight when the timed steps begin), and the flush() after the timed steps, which a run does once
+at its end, is not timed; so each mode is timed over exactly --steps step periods. The table
+holds the median of
 global samples/s over all chunks, the median ratio to sync of chunks run back to back, and the
 scaling efficiency = samples/s at N ranks / (N x samples/s of one rank).
 

@@ -2,8 +2,9 @@
 # The training-modes table on two hosts joined by a slow link (docs/performance.md, issue 6):
 # network namespaces h1 and h2 from tools/netns_hosts.sh, 1 rank each, every packet between them
 # through a tc `tbf` qdisc on both veths (the egress towards each host), so each direction of the
-# link is limited to RATE. Runs train_bench.py (sync, async, dear and torch DDP interleaved, several
-# launches) under `dadtrun -H h1:1,h2:1 --network-interface dadt0` and prints its table.
+# link is limited to RATE. Runs collectives_bench.py (all-gather, reduce-scatter and allreduce on
+# the link), then train_bench.py (sync, async, dear and torch DDP interleaved, several launches),
+# both under `dadtrun -H h1:1,h2:1 --network-interface dadt0`, and prints their tables.
 #
 #   sudo examples/benchmarks/two_host_bench.sh                   # the documented run
 #   sudo examples/benchmarks/two_host_bench.sh --rounds 5        # extra options go to train_bench.py
@@ -71,9 +72,16 @@ PY
 echo "link h1 -> h2: $LINK_MBPS MB/s (one TCP stream)"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 
+# The collectives the modes are made of, on this link: 44 MB as tensors of 1 to 44 MB.
+echo
+"$PYTHON" "$ROOT/examples/benchmarks/collectives_bench.py" --np 2 \
+    --dadtrun-args "-H h1:1,h2:1 --network-interface dadt0"
+echo
+
 # ~10M parameters (10 hidden Linear layers of width 1024 = 42 MB of fp32 gradients) and a batch
-# large enough that one step's computation takes about as long as moving the gradients once over
-# the link, as in a real data-parallel job (the table's header states both).
+# of 240 per rank, so that one step's computation (about 240 ms) is of the order of one ring
+# allreduce of the gradients over the link (about 360 ms), the regime these modes are for (the
+# table's header states both). Every mode is timed in steady state (train_bench.py's banner).
 "$PYTHON" "$ROOT/examples/benchmarks/train_bench.py" --np 2 --model mlp --layers 10 --width 1024 \
-    --batch-size 80 --rounds 3 --chunks 4 --steps 3 --warmup-steps 2 --link-mb-per-s "$LINK_MBPS" \
+    --batch-size 240 --rounds 3 --chunks 4 --steps 4 --warmup-steps 2 --link-mb-per-s "$LINK_MBPS" \
     --dadtrun-args "-H h1:1,h2:1 --network-interface dadt0" "$@"
