@@ -125,8 +125,10 @@ GlooBackend::GlooBackend(const BackendOptions& options, std::shared_ptr<::gloo::
     : rank_(options.rank),
       size_(options.size),
       timeout_(options.timeout),
-      segment_bytes_(options.segment_bytes > 0 ? options.segment_bytes
-                                               : internal::kDefaultSegmentBytes),
+      // Segments keep a real link's queues short; over loopback they only add wake-ups.
+      segment_bytes_(options.segment_bytes > 0            ? options.segment_bytes
+                     : options.local_size == options.size ? internal::kWholeBlocks
+                                                          : internal::kDefaultSegmentBytes),
       context_(std::move(context)) {
   if (context_) {
     watchdog_ = std::make_unique<internal::PeerWatchdog>(context_, std::move(registry),

@@ -9,8 +9,9 @@
 //                  fused by the core first. float32 Sum uses gloo::sum<float>, exactly what raw
 //                  Gloo uses; every other dtype/op reduces with dadt::ReduceBinary.
 //   Allgatherv     dadt's ring over Gloo's pairs (ring.h): n-1 steps, each rank forwards one block
-//                  per step in segments (DADT_GLOO_SEGMENT_BYTES, default 1 MiB), two in flight,
-//                  each clocked by the segment received before it.
+//                  per step in segments (DADT_GLOO_SEGMENT_BYTES; default 1 MiB across hosts,
+//                  whole blocks when every rank is on this host), two in flight, each clocked
+//                  by the segment received before it.
 //   Broadcast      Gloo's binomial tree from `root` (ceil(log2 n) steps, whole buffer per step).
 //   Alltoallv      Gloo's pairwise exchange: all n-1 sends and receives posted at once.
 //   Reducescatter  the same segmented ring (ring.h), reducing each received segment into this
@@ -96,6 +97,7 @@ class GlooBackend final : public Backend {
   uint32_t tag_ = 0;
   Status broken_;
   std::vector<char> scratch_;  // Reducescatter's partial sums, reused between calls
+  std::vector<char> landing_;  // Reducescatter's received segments, reused between calls
 };
 
 }  // namespace gloo

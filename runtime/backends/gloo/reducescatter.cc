@@ -1,8 +1,8 @@
-// GlooBackend::Reducescatter: the segmented ring of ring.h over a copy of the input.
+// GlooBackend::Reducescatter: the segmented ring of ring.h.
 //
-// The input is copied into scratch_ (kept between calls), which the ring overwrites with partial
-// sums; block `rank` of it is then the result. The copy costs one memcpy of the input, which is
-// fast next to TCP, and lets `out` alias `in` (e.g. this rank's chunk in place).
+// The ring reads the input, sums the blocks in transit in scratch_ and lands received segments in
+// landing_ (both kept between calls, so nothing is allocated per call), and writes the last sum
+// straight into `out`, which may be the input's own block.
 //
 // Before the ring, this was an alltoallv of the chunks plus a local reduction: one round of
 // latency instead of n - 1, but every chunk went to its peer as one message, which on a
@@ -34,16 +34,15 @@ Status GlooBackend::Reducescatter(const void* in, void* out,
   }
   if (total == 0) return Status::OK();  // same counts on every rank: a consistent skip
 
+  const internal::RingOptions ring = NextRing();
   if (scratch_.size() < static_cast<size_t>(total * width)) scratch_.resize(total * width);
-  std::memcpy(scratch_.data(), in, total * width);
-  DADT_RETURN_IF_ERROR(Finish(DADT_GLOO_STATUS("reducescatter", {
+  const size_t landing = internal::RingLandingBytes(ring, recv_counts, dtype);
+  if (landing_.size() < landing) landing_.resize(landing);
+  return Finish(DADT_GLOO_STATUS("reducescatter", {
     internal::PeerWatchdog::Scope watch(watchdog_.get());
-    internal::RingReducescatter(NextRing(), scratch_.data(), recv_counts, dtype, op);
-  })));
-  const int64_t offset = std::accumulate(recv_counts.begin(), recv_counts.begin() + rank_,
-                                         int64_t{0});
-  if (mine > 0) std::memcpy(out, scratch_.data() + offset * width, mine * width);
-  return Status::OK();
+    internal::RingReducescatter(ring, static_cast<const char*>(in), static_cast<char*>(out),
+                                scratch_.data(), landing_.data(), recv_counts, dtype, op);
+  }));
 }
 
 }  // namespace gloo

@@ -80,7 +80,7 @@ void RingAllgather(const RingOptions& o, char* buf, const std::vector<int64_t>& 
   const std::vector<int64_t> offsets = Offsets(block_bytes);
   auto out = o.context->createUnboundBuffer(buf, offsets[n]);
   const uint64_t slot = ::gloo::Slot::build(kRingAllgatherSlotPrefix, o.tag);
-  const int64_t segment = std::max<int64_t>(1, o.segment_bytes);
+  const int64_t segment = std::max<int64_t>(1, std::min(o.segment_bytes, kWholeBlocks));
   for (int s = 0; s < n - 1; ++s) {
     const int send_block = ((rank - s) % n + n) % n;
     const int recv_block = ((rank - s - 1) % n + n) % n;
@@ -91,32 +91,52 @@ void RingAllgather(const RingOptions& o, char* buf, const std::vector<int64_t>& 
   }
 }
 
-void RingReducescatter(const RingOptions& o, char* buf, const std::vector<int64_t>& counts,
-                       DataType dtype, ReduceOp op) {
+namespace {
+
+// Whole elements per segment, so that every received segment reduces on its own.
+int64_t ElementSegment(const RingOptions& o, int64_t width) {
+  return std::max<int64_t>(1, std::min(o.segment_bytes, kWholeBlocks) / width) * width;
+}
+
+}  // namespace
+
+int64_t RingLandingBytes(const RingOptions& o, const std::vector<int64_t>& counts,
+                         DataType dtype) {
+  const int64_t width = static_cast<int64_t>(DataTypeSize(dtype));
+  int64_t largest = 0;
+  for (int64_t c : counts) largest = std::max(largest, c * width);
+  return std::min(ElementSegment(o, width), largest) * std::max(1, o.window);
+}
+
+void RingReducescatter(const RingOptions& o, const char* in, char* out, char* partial,
+                       char* landing, const std::vector<int64_t>& counts, DataType dtype,
+                       ReduceOp op) {
   const int rank = o.context->rank;
   const int n = o.context->size;
   const int64_t width = static_cast<int64_t>(DataTypeSize(dtype));
   std::vector<int64_t> block_bytes(n);
   for (int j = 0; j < n; ++j) block_bytes[j] = counts[j] * width;
   const std::vector<int64_t> offsets = Offsets(block_bytes);
-  // Whole elements per segment, so that every received segment reduces on its own.
-  const int64_t segment = std::max<int64_t>(1, o.segment_bytes / width) * width;
-  const int window = std::max(1, o.window);
-  std::vector<char> landing(static_cast<size_t>(segment) * window);
-  auto partial = o.context->createUnboundBuffer(buf, offsets[n]);
-  auto incoming = o.context->createUnboundBuffer(landing.data(), landing.size());
+  const int64_t segment = ElementSegment(o, width);
+  const int64_t window = std::max(1, o.window);
+  const int64_t slot_bytes = RingLandingBytes(o, counts, dtype) / window;
+  auto input = o.context->createUnboundBuffer(const_cast<char*>(in), offsets[n]);
+  auto partials = o.context->createUnboundBuffer(partial, offsets[n]);
+  auto incoming = o.context->createUnboundBuffer(landing, slot_bytes * window);
   const uint64_t slot = ::gloo::Slot::build(kRingReducescatterSlotPrefix, o.tag);
   for (int s = 0; s < n - 1; ++s) {
     const int send_block = ((rank - s - 1) % n + n) % n;
     const int recv_block = ((rank - s - 2) % n + n) % n;
-    char* target = buf + offsets[recv_block];
-    Step(o, slot, segment, partial.get(), offsets[send_block], block_bytes[send_block],
-         incoming.get(), [segment, window](int64_t k) { return (k % window) * segment; },
+    const char* mine = in + offsets[recv_block];
+    char* sum = s == n - 2 ? out : partial + offsets[recv_block];  // the last block is ours
+    Step(o, slot, segment, s == 0 ? input.get() : partials.get(), offsets[send_block],
+         block_bytes[send_block], incoming.get(),
+         [slot_bytes, window](int64_t k) { return (k % window) * slot_bytes; },
          block_bytes[recv_block],
          [&](int64_t k, int64_t bytes) {
-           char* mine = target + k * segment;
-           ReduceBinary(mine, mine, landing.data() + (k % window) * segment, bytes / width, dtype,
-                        op);
+           const int64_t at = k * segment;
+           ReduceBinary(sum + at, mine + at, landing + (k % window) * slot_bytes, bytes / width,
+                        dtype, op);
          });
   }
 }

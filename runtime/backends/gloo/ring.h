@@ -16,12 +16,17 @@
 //   * receives are posted `window` segments ahead, so the sender never waits for a
 //     notification round trip.
 //
+// On one host (loopback) there is no link to keep from queueing, and every segment costs thread
+// wake-ups, so GlooBackend then sends each block as one segment unless DADT_GLOO_SEGMENT_BYTES
+// says otherwise.
+//
 // Ring order (n ranks, right = rank + 1, left = rank - 1, indices mod n), n - 1 steps:
 //   all-gather     step s sends block (rank - s) and receives block (rank - s - 1) in place;
-//   reduce-scatter step s sends the partial sum of block (rank - s - 1) and receives block
-//                  (rank - s - 2), which it reduces into its own partial; after the last step
-//                  block `rank` holds every rank's contribution (reduced in ring order, the same
-//                  order on every run).
+//   reduce-scatter step s sends the partial sum of block (rank - s - 1) (at step 0: its own
+//                  input block) and receives the left neighbour's partial of block
+//                  (rank - s - 2), to which it adds its own input; at the last step that block is
+//                  `rank`'s and the sum, now over every rank, goes straight to the output
+//                  (reduced in ring order, the same order on every run). The input is only read.
 // Each rank sends (n - 1)/n of the buffer either way: bandwidth-optimal, like the allreduce ring.
 //
 // Failure: Gloo's waits throw (a closed pair, a timeout, or the PeerWatchdog failing the buffers);
@@ -47,6 +52,8 @@ namespace internal {
 
 // 1 MiB segments, two in flight: what Gloo's allreduce ring uses.
 constexpr int64_t kDefaultSegmentBytes = int64_t{1} << 20;
+// Each block as one segment.
+constexpr int64_t kWholeBlocks = int64_t{1} << 62;
 constexpr int kDefaultWindow = 2;
 
 struct RingOptions {
@@ -61,10 +68,15 @@ struct RingOptions {
 // must already be in place. On return every block is.
 void RingAllgather(const RingOptions& options, char* buf, const std::vector<int64_t>& block_bytes);
 
-// buf holds this rank's full input (counts[j] elements of dtype for block j) and is overwritten
-// with partial sums; on return block `rank` of buf is the reduction over every rank.
-void RingReducescatter(const RingOptions& options, char* buf, const std::vector<int64_t>& counts,
-                       DataType dtype, ReduceOp op);
+// in: this rank's full input (counts[j] elements of dtype for block j), only read. out: this
+// rank's block of the result (counts[rank] elements); it may be `in`'s block `rank` itself.
+// partial: scratch of the input's size, where the blocks in transit are summed. landing: scratch
+// of at least RingLandingBytes() bytes, where received segments land.
+void RingReducescatter(const RingOptions& options, const char* in, char* out, char* partial,
+                       char* landing, const std::vector<int64_t>& counts, DataType dtype,
+                       ReduceOp op);
+int64_t RingLandingBytes(const RingOptions& options, const std::vector<int64_t>& counts,
+                         DataType dtype);
 
 }  // namespace internal
 }  // namespace gloo

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <thread>
@@ -306,6 +307,13 @@ TEST(GlooRingTest, ReducescatterInManySegments) {
               }
               EXPECT_EQ(bad, 0) << n << " ranks, segment " << segment << ", rank " << rank
                                 << ", " << testutil::Describe(dtype, op, total);
+              // In place: the output is this rank's own block of the input.
+              const size_t width = DataTypeSize(dtype);
+              char* own = in.data() + offset * width;
+              ASSERT_TRUE(b.Reducescatter(in.data(), own, counts, dtype, op).ok());
+              EXPECT_EQ(std::memcmp(own, out.data(), counts[rank] * width), 0)
+                  << "in place, " << n << " ranks, segment " << segment << ", rank " << rank
+                  << ", " << testutil::Describe(dtype, op, total);
             }
           }
         }

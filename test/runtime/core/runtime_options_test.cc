@@ -1,0 +1,46 @@
+// RuntimeOptions::FromEnv: the tuning knobs' values reach the options, and junk is refused with a
+// message that names the variable.
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "runtime/core/runtime.h"
+
+namespace dadt {
+namespace core {
+namespace {
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+TEST(RuntimeOptionsTest, GlooSegmentBytesDefaultsToTheEngineAndReachesTheOptions) {
+  auto defaults = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->segment_bytes, 0);  // 0: the engine's own default (1 MiB for Gloo)
+
+  ScopedEnv set("DADT_GLOO_SEGMENT_BYTES", "262144");
+  auto options = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(options.ok()) << options.status().ToString();
+  EXPECT_EQ(options->segment_bytes, 262144);
+}
+
+TEST(RuntimeOptionsTest, BadGlooSegmentBytesNameTheVariable) {
+  for (const char* bad : {"-1", "abc", "1.5x"}) {
+    ScopedEnv set("DADT_GLOO_SEGMENT_BYTES", bad);
+    auto options = RuntimeOptions::FromEnv();
+    ASSERT_FALSE(options.ok()) << bad;
+    EXPECT_EQ(options.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(options.status().message().find("DADT_GLOO_SEGMENT_BYTES"), std::string::npos)
+        << options.status().ToString();
+  }
+}
+
+}  // namespace
+}  // namespace core
+}  // namespace dadt
