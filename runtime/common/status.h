@@ -79,3 +79,12 @@ class [[nodiscard]] StatusOr {
     ::dadt::Status _dadt_status = (expr);       \
     if (!_dadt_status.ok()) return _dadt_status; \
   } while (0)
+
+// Assigns the value of a StatusOr expression to `lhs`, or returns its status:
+//   DADT_ASSIGN_OR_RETURN(o.rank, env::GetInt(env::kRank, 0));
+#define DADT_ASSIGN_OR_RETURN(lhs, expr)                       \
+  do {                                                         \
+    auto _dadt_status_or = (expr);                             \
+    if (!_dadt_status_or.ok()) return _dadt_status_or.status(); \
+    lhs = *_dadt_status_or;                                    \
+  } while (0)

@@ -1,0 +1,78 @@
+// RuntimeOptions::FromEnv: the launcher -> worker contract and the tuning knobs (runtime/common/env.h,
+// docs/running.md) read into RuntimeOptions, each junk value refused with a message naming it.
+#include <algorithm>
+#include <string>
+
+#include "runtime/backends/backend.h"
+#include "runtime/common/env.h"
+#include "runtime/core/runtime.h"
+
+namespace dadt {
+namespace core {
+
+StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
+  RuntimeOptions o;
+  // dadtrun's names first, then torchrun's (RANK, WORLD_SIZE, ...) for geometry; a multi-rank job
+  // still needs dadtrun's rendezvous server.
+  auto first_int = [](const char* a, const char* b, int64_t fallback) -> StatusOr<int64_t> {
+    return env::IsSet(a) ? env::GetInt(a, fallback) : env::GetInt(b, fallback);
+  };
+  DADT_ASSIGN_OR_RETURN(o.rank, first_int(env::kRank, env::kTorchRank, 0));
+  DADT_ASSIGN_OR_RETURN(o.size, first_int(env::kSize, env::kTorchWorldSize, 1));
+  DADT_ASSIGN_OR_RETURN(o.local_rank, first_int(env::kLocalRank, env::kTorchLocalRank, o.rank));
+  DADT_ASSIGN_OR_RETURN(o.local_size, first_int(env::kLocalSize, env::kTorchLocalWorldSize, o.size));
+  DADT_ASSIGN_OR_RETURN(o.cross_rank, env::GetInt(env::kCrossRank, 0));
+  DADT_ASSIGN_OR_RETURN(o.cross_size, env::GetInt(env::kCrossSize, 1));
+  DADT_ASSIGN_OR_RETURN(o.fusion_threshold_bytes,
+                  env::GetInt(env::kFusionThreshold, env::kDefaultFusionThresholdBytes));
+  DADT_ASSIGN_OR_RETURN(o.cycle_time_ms, env::GetDouble(env::kCycleTime, env::kDefaultCycleTimeMs));
+  DADT_ASSIGN_OR_RETURN(o.cache_capacity, env::GetInt(env::kCacheCapacity, env::kDefaultCacheCapacity));
+  DADT_ASSIGN_OR_RETURN(o.eager_threshold_bytes,
+                  env::GetInt(env::kEagerThreshold, env::kDefaultEagerThresholdBytes));
+  DADT_ASSIGN_OR_RETURN(o.hierarchical_allreduce, env::GetBool(env::kHierarchicalAllreduce, false));
+  int64_t start_s, op_s;
+  DADT_ASSIGN_OR_RETURN(start_s, env::GetInt(env::kStartTimeout, env::kDefaultStartTimeoutSeconds));
+  DADT_ASSIGN_OR_RETURN(op_s, env::GetInt(env::kGlooTimeout, env::kDefaultGlooTimeoutSeconds));
+  o.start_timeout = std::chrono::seconds(start_s);
+  o.op_timeout = std::chrono::seconds(op_s);
+  DADT_ASSIGN_OR_RETURN(o.segment_bytes, env::GetInt(env::kGlooSegmentBytes, 0));
+  if (o.segment_bytes < 0) {
+    return InvalidArgument(std::string(env::kGlooSegmentBytes) + " must be >= 0 bytes (0: the " +
+                           "default, 1 MiB), got " + std::to_string(o.segment_bytes));
+  }
+  DADT_ASSIGN_OR_RETURN(o.stall, StallOptions::FromEnv());
+  o.iface = env::GetString(env::kIface);
+  o.secret = env::GetString(env::kSecret);
+  // Under plain mpirun (no dadtrun: no DADT_RANK, no DADT_CONTROLLER) MPI is the controller.
+  const bool under_mpirun = !env::IsSet(env::kRank) && env::IsSet(env::kOmpiWorldSize);
+  o.controller = env::GetString(env::kController, under_mpirun ? "mpi" : "gloo");
+  if (o.controller != "gloo" && o.controller != "mpi") {
+    return InvalidArgument("DADT_CONTROLLER must be 'gloo' or 'mpi', got '" + o.controller + "'");
+  }
+  if (o.controller == "mpi") {  // geometry comes from MPI at start; the env may not have it
+    o.rank = 0;
+    o.size = 1;
+  }
+  o.backend = o.controller;
+  // GPU tensors go to NCCL whenever it is built (DADT_DEVICE_BACKEND=none: the front end stages
+  // them through host memory instead).
+  const auto built = backends::BackendRegistry::Names();
+  const bool nccl_built = std::find(built.begin(), built.end(), "nccl") != built.end();
+  o.device_backend = env::GetString(env::kDeviceBackend, nccl_built ? "nccl" : "none");
+  if (o.device_backend == "none") o.device_backend.clear();
+  if (!o.device_backend.empty() && !(o.device_backend == "nccl" && nccl_built)) {
+    return InvalidArgument("DADT_DEVICE_BACKEND must be 'none'" +
+                           std::string(nccl_built ? " or 'nccl'" : " (this build has no NCCL)") +
+                           ", got '" + o.device_backend + "'");
+  }
+  if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
+    return InvalidArgument("bad job geometry: rank " + std::to_string(o.rank) + " of size " +
+                           std::to_string(o.size) + " (DADT_RANK/DADT_SIZE)");
+  }
+  if (o.fusion_threshold_bytes < 0) return InvalidArgument("DADT_FUSION_THRESHOLD must be >= 0");
+  if (o.cycle_time_ms < 0) return InvalidArgument("DADT_CYCLE_TIME must be >= 0");
+  return o;
+}
+
+}  // namespace core
+}  // namespace dadt
