@@ -9,10 +9,12 @@ Driver (a plain script): launches itself under dadtrun and prints one table.
     sudo examples/benchmarks/two_host_bench.sh     # runs this first, on the 1 Gbit/s link
 
 Each row moves --total-mb of data (the allreduce's buffer; the all-gather's output; the
-reduce-scatter's input) as --total-mb / size tensors submitted at once, as the modes submit their
-buckets, and reports the median time over --repeats (after one warm-up), and the rate at which
+reduce-scatter's input) as --total-mb / size tensors, and reports the median time over --repeats (after one warm-up), and the rate at which
 each rank's link carried it: a ring all-gather or reduce-scatter sends (n-1)/n of the data from
-every rank, an allreduce twice that.
+every rank, an allreduce twice that. --submit says how the tensors are handed over:
+"together" (default: all at once, as dear's step() submits its all-gathers), "pipelined" (the next
+one while the previous runs, as backward submits buckets), "one-by-one" (each waited for before
+the next: every collective pays its own negotiation round).
 """
 import argparse
 import json
@@ -34,6 +36,8 @@ def parse_args(argv=None):
     p.add_argument("--total-mb", type=int, default=44, help="MB moved per row (default 44)")
     p.add_argument("--sizes-mb", default="1,4,11,44", help="tensor sizes in MB (default 1,4,11,44)")
     p.add_argument("--repeats", type=int, default=4)
+    p.add_argument("--submit", choices=["together", "pipelined", "one-by-one"], default="together",
+                   help="how the tensors of a row are submitted (see above)")
     p.add_argument("--dadtrun", default=None, help="launcher (default: $DADTRUN, PATH, bazel-bin)")
     p.add_argument("--dadtrun-args", default="", help="extra launcher arguments, e.g. '-H a:1,b:1'")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -55,20 +59,29 @@ def worker(args):
         row = {"mb": mb, "count": count, "bytes": count * numel * 4}
         for op in OPS:
             times = []
+            def submit(i):
+                if op == "allgather":
+                    return dadt.allgather_async(shards[i], name="ag%d.%d" % (mb, i), out=full[i])
+                if op == "reducescatter":
+                    return dadt.reducescatter_async(full[i], name="rs%d.%d" % (mb, i), out=shards[i])
+                return dadt.allreduce_async_(full[i], name="ar%d.%d" % (mb, i))
+
             for it in range(args.repeats + 1):
                 dadt.barrier()
                 start = time.perf_counter()
-                if op == "allgather":
-                    handles = [dadt.allgather_async(shards[i], name="ag%d.%d" % (mb, i), out=full[i])
-                               for i in range(count)]
-                elif op == "reducescatter":
-                    handles = [dadt.reducescatter_async(full[i], name="rs%d.%d" % (mb, i), out=shards[i])
-                               for i in range(count)]
+                if args.submit == "together":
+                    for h in [submit(i) for i in range(count)]:
+                        dadt.synchronize(h)
+                elif args.submit == "pipelined":
+                    running = submit(0)
+                    for i in range(1, count):
+                        following = submit(i)
+                        dadt.synchronize(running)
+                        running = following
+                    dadt.synchronize(running)
                 else:
-                    handles = [dadt.allreduce_async_(full[i], name="ar%d.%d" % (mb, i))
-                               for i in range(count)]
-                for h in handles:
-                    dadt.synchronize(h)
+                    for i in range(count):
+                        dadt.synchronize(submit(i))
                 if it > 0:  # the first round is the warm-up
                     times.append(time.perf_counter() - start)
             row[op] = statistics.median(times)
@@ -84,7 +97,7 @@ def driver(args):
         sys.exit("collectives_bench: dadtrun not found (use --dadtrun, install dadt, or bazel build //dadtrun)")
     cmd = [dadtrun, "--gloo", "-np", str(args.np), *args.dadtrun_args.split(), sys.executable,
            os.path.abspath(__file__), "--worker", "--total-mb", str(args.total_mb), "--sizes-mb",
-           args.sizes_mb, "--repeats", str(args.repeats)]
+           args.sizes_mb, "--repeats", str(args.repeats), "--submit", args.submit]
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, env=worker_environment(), stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
@@ -97,8 +110,8 @@ def driver(args):
     if result is None:
         sys.exit("collectives_bench: no RESULT line from rank 0:\n" + proc.stdout[-3000:])
     n = result["size"]
-    print("%d ranks (Gloo); each row moves %d MB; median of %d; MB/s = bytes each rank sent / time\n"
-          % (n, args.total_mb, args.repeats))
+    print("%d ranks (Gloo); each row moves %d MB, tensors submitted %s; median of %d; MB/s = bytes "
+          "each rank sent / time\n" % (n, args.total_mb, args.submit, args.repeats))
     print("| tensors | all-gather ms | MB/s | reduce-scatter ms | MB/s | allreduce ms | MB/s |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in result["rows"]:
