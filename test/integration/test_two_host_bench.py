@@ -1,5 +1,6 @@
-"""examples/benchmarks/two_host_bench.sh: the training-modes table over a tbf-shaped link between
-two network-namespace hosts, with a tiny model (what is checked is the script, not the speed)."""
+"""examples/benchmarks/two_host_bench.sh: the collectives table and the training-modes table over a
+tbf-shaped link between two network-namespace hosts, with a tiny model (what is checked is the
+script, not the speed)."""
 import os
 import re
 import shutil
@@ -31,8 +32,27 @@ def test_table_of_every_mode_and_the_shaping_removed(dadtrun):
     out = proc.stdout
     assert re.search(r"^shaping: qdisc tbf .*rate 1Gbit", out, re.M), out
     assert re.search(r"^link h1 -> h2: \d+\.\d MB/s", out, re.M), out
+    # collectives_bench.py's table: every tensor size, a time and a rate for each collective
+    for size in ("44 x 1 MB", "11 x 4 MB", "4 x 11 MB", "1 x 44 MB"):
+        assert re.search(r"^\| %s( \| \d+){6} \|$" % size, out, re.M), out
     for mode in ("sync", "async", "dear", "ddp"):
         assert re.search(r"^\| %s \| 2 \| \d+\.\d \| .* \| \d+\.\d\dx \| \d+%% \|$" % mode, out, re.M), out
     assert re.search(r"^sync vs ddp: \d+\.\d\dx", out, re.M), out
     for dev in ("dadt-h1", "dadt-h2"):
         assert "tbf" not in _qdiscs(dev), "the shaping on %s outlived the script" % dev
+
+
+@pytest.mark.parametrize("submit", ["together", "pipelined", "one-by-one"])
+def test_collectives_bench_one_host(dadtrun, submit):
+    """Each submit order of collectives_bench.py completes and prints one row per tensor size
+    (2 MB as 2 x 1 MB and 1 x 2 MB; one host, loopback)."""
+    env = worker_env()
+    env.update(DADTRUN=dadtrun)
+    script = os.path.join(REPO, "examples", "benchmarks", "collectives_bench.py")
+    proc = subprocess.run([PY, script, "--np", "2", "--total-mb", "2", "--sizes-mb", "1,2",
+                           "--repeats", "1", "--submit", submit], env=env, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "tensors submitted %s" % submit in proc.stdout, proc.stdout
+    for size in ("2 x 1 MB", "1 x 2 MB"):
+        assert re.search(r"^\| %s( \| \d+){6} \|$" % size, proc.stdout, re.M), proc.stdout
