@@ -1,8 +1,9 @@
 // GlooBackend::Reducescatter: the segmented ring of ring.h.
 //
-// The ring reads the input, sums the blocks in transit in scratch_ and lands received segments in
-// landing_ (both kept between calls, so nothing is allocated per call), and writes the last sum
-// straight into `out`, which may be the input's own block.
+// The ring reads the input, sums the blocks in transit in scratch_ (only with more than two
+// ranks) and lands received segments in landing_ (both kept between calls, so nothing is
+// allocated per call), and writes the last sum straight into `out`, which may be the input's
+// own block.
 //
 // Before the ring, this was an alltoallv of the chunks plus a local reduction: one round of
 // latency instead of n - 1, but every chunk went to its peer as one message, which on a
@@ -35,13 +36,17 @@ Status GlooBackend::Reducescatter(const void* in, void* out,
   if (total == 0) return Status::OK();  // same counts on every rank: a consistent skip
 
   const internal::RingOptions ring = NextRing();
-  if (scratch_.size() < static_cast<size_t>(total * width)) scratch_.resize(total * width);
+  const bool keeps_partials = size_ > 2;  // ring.h: two ranks sum straight into `out`
+  if (keeps_partials && scratch_.size() < static_cast<size_t>(total * width)) {
+    scratch_.resize(total * width);
+  }
   const size_t landing = internal::RingLandingBytes(ring, recv_counts, dtype);
   if (landing_.size() < landing) landing_.resize(landing);
   return Finish(DADT_GLOO_STATUS("reducescatter", {
     internal::PeerWatchdog::Scope watch(watchdog_.get());
     internal::RingReducescatter(ring, static_cast<const char*>(in), static_cast<char*>(out),
-                                scratch_.data(), landing_.data(), recv_counts, dtype, op);
+                                keeps_partials ? scratch_.data() : nullptr, landing_.data(),
+                                recv_counts, dtype, op);
   }));
 }
 

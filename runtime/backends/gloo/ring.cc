@@ -121,7 +121,9 @@ void RingReducescatter(const RingOptions& o, const char* in, char* out, char* pa
   const int64_t window = std::max(1, o.window);
   const int64_t slot_bytes = RingLandingBytes(o, counts, dtype) / window;
   auto input = o.context->createUnboundBuffer(const_cast<char*>(in), offsets[n]);
-  auto partials = o.context->createUnboundBuffer(partial, offsets[n]);
+  // With two ranks the one step sends input and sums into `out`: no partial sums are kept.
+  std::unique_ptr<UnboundBuffer> partials;
+  if (n > 2) partials = o.context->createUnboundBuffer(partial, offsets[n]);
   auto incoming = o.context->createUnboundBuffer(landing, slot_bytes * window);
   const uint64_t slot = ::gloo::Slot::build(kRingReducescatterSlotPrefix, o.tag);
   for (int s = 0; s < n - 1; ++s) {

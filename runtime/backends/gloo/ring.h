@@ -70,7 +70,8 @@ void RingAllgather(const RingOptions& options, char* buf, const std::vector<int6
 
 // in: this rank's full input (counts[j] elements of dtype for block j), only read. out: this
 // rank's block of the result (counts[rank] elements); it may be `in`'s block `rank` itself.
-// partial: scratch of the input's size, where the blocks in transit are summed. landing: scratch
+// partial: scratch of the input's size, where the blocks in transit are summed (unused, and may
+// be null, with two ranks). landing: scratch
 // of at least RingLandingBytes() bytes, where received segments land.
 void RingReducescatter(const RingOptions& options, const char* in, char* out, char* partial,
                        char* landing, const std::vector<int64_t>& counts, DataType dtype,
