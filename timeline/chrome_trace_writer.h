@@ -8,13 +8,14 @@
 //   stream.RemoveSink(writer.get());
 //   s = writer->Stop();                                   // drains, writes, joins
 //
-// Threading: Consume runs on the one emitting thread (the loop thread) and only copies the event
-// into a bounded single-producer/single-consumer ring: it never blocks, never takes a lock and,
-// once the ring's slots are warm, never allocates. When the ring is full the event is dropped and
-// counted (dropped()); the loop never waits for the disk. A writer thread drains the ring at least
-// every flush_interval, or sooner once flush_events have been queued, formats the batch
-// (internal/chrome_format.h) and commits it to the file. Start/Stop come from a control thread.
-// A reader must hold flock(LOCK_SH) only briefly: a commit waits for it (the loop still does not).
+// Threading: Consume runs on one emitting thread at a time (EventStream serializes them) and only
+// copies the event into a bounded single-producer/single-consumer ring: it never blocks, takes no
+// lock of its own and, once the ring's slots are warm, never allocates. When the ring is full the
+// event is dropped and counted (dropped()); the loop never waits for the disk. A writer thread
+// drains the ring at least every flush_interval, or sooner once flush_events have been queued,
+// formats the batch (internal/chrome_format.h) and commits it to the file. Start/Stop come from
+// a control thread. A reader must hold flock(LOCK_SH) only briefly: a commit waits for it (the
+// loop still does not).
 //
 // The file is valid JSON at every moment, also when the process is killed by SIGKILL mid-write:
 // it is "[" + entries + padding + "]\n" while running, the closing bracket never moves, entries

@@ -121,6 +121,7 @@ size_t EventStream::sink_count() const {
 void EventStream::Emit(const Event& event) const {
   auto sinks = std::atomic_load_explicit(&sinks_, std::memory_order_acquire);
   if (!sinks) return;
+  std::lock_guard<std::mutex> lock(emit_mu_);  // one producer at a time, as sinks expect
   for (const auto& sink : *sinks) sink->Consume(event);
 }
 

@@ -8,7 +8,8 @@
 //     stream.Emit({NowMicros(), Phase::kBegin, name, NegotiateActivity("allreduce"), {}});
 //   }
 //
-// Who emits what. Everything is emitted by the loop thread, per tensor row, in this order
+// Who emits what. Everything is emitted by the loop thread (phase 3 by the lane that runs the
+// response, when lanes run it: runtime/core/lanes.h), per tensor row, in this order
 // (activity names follow Horovod's, so existing Horovod timeline habits carry over):
 //  1. QUEUE B/E: the wait in the TensorQueue. B carries the moment Runtime::Enqueue accepted the
 //     entry (taken on the framework thread and stored in the entry), E the moment the loop thread
@@ -73,9 +74,9 @@ std::string TensorArgs(std::string_view dtype, const std::vector<int64_t>& shape
 std::string ReadyRankArgs(int rank);
 
 // EventSink: one consumer of the stream. Consume runs synchronously inside EventStream::Emit, on
-// the emitting thread (the loop thread), so it must be quick and never block: a sink with real
-// work (file I/O, optimization) hands the event to its own thread. With one emitting thread, a
-// sink is never called concurrently. A sink must not add or remove sinks from inside Consume.
+// the emitting thread, so it must be quick and never block: a sink with real work (file I/O,
+// optimization) hands the event to its own thread. Emits are serialized, so a sink is never
+// called concurrently. A sink must not add or remove sinks from inside Consume.
 class EventSink {
  public:
   virtual ~EventSink() = default;
@@ -84,10 +85,11 @@ class EventSink {
 
 // EventStream: fans events out to the sinks attached at the moment of Emit.
 //
-// Threading: Emit may run on any thread, but the runtime emits from its loop thread only, and
-// sinks such as ChromeTraceWriter rely on that (single producer). AddSink and RemoveSink may be
-// called from any other thread at any time: the sink list is copy-on-write (a shared_ptr swapped
-// under a mutex and read with std::atomic_load), so Emit takes no lock of its own. When the list
+// Threading: Emit may run on any thread (the runtime emits from its loop thread and its lanes);
+// concurrent Emits are serialized by a mutex of their own, so a sink such as ChromeTraceWriter
+// sees one producer at a time. AddSink and RemoveSink may be called from any other thread at any
+// time: the sink list is copy-on-write (a shared_ptr swapped under a mutex and read with
+// std::atomic_load), so Emit never waits for them. When the list
 // is empty, enabled() is false and the runtime skips building events altogether.
 // Lifetime: the stream shares ownership of its sinks. Once RemoveSink returns, the sink receives
 // no further events (RemoveSink waits for Emit calls that already hold it), so the caller may
@@ -117,6 +119,7 @@ class EventStream {
   void Replace(std::shared_ptr<const SinkList> next);
 
   mutable std::mutex mu_;                  // serializes AddSink/RemoveSink (never taken by Emit)
+  mutable std::mutex emit_mu_;             // serializes Emit calls (the sinks' one producer)
   std::shared_ptr<const SinkList> sinks_;  // replaced, never mutated; null when empty
   // Lists replaced while an Emit may still be iterating them (guarded by mu_).
   std::vector<std::weak_ptr<const SinkList>> retired_;

@@ -93,6 +93,14 @@ class Backend {
   // Makes every pending and later call fail instead of waiting for a peer (ncclCommAbort); any
   // thread may call it, once the job is known to be broken.
   virtual void Abort() {}
+
+  // Another handle on this backend's connections, with a tag space of its own, whose collectives
+  // may run on another thread at the same time as this one's (each handle is still called from
+  // one thread at a time). Every rank must fork the same number of times, in the same order, and
+  // run the same collectives on its n-th fork. Null (the default) where the engine runs one
+  // collective at a time. Forks share this backend's failure: once one fails, all are unusable.
+  // The forks must be destroyed before this backend.
+  virtual std::unique_ptr<Backend> Fork() { return nullptr; }
 };
 
 using BackendFactory = std::function<StatusOr<std::unique_ptr<Backend>>(const BackendOptions&)>;

@@ -222,6 +222,11 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requeste
   rt->executor_ = std::make_unique<Executor>(rt->backend_.get(), options.rank, options.size,
                                              &rt->handles_, &rt->queue_, &rt->events_);
   rt->executor_->EnableDevice(options.device_backend, bo);
+  if (options.size > 1) {
+    rt->lanes_ = Lanes::Create(rt->backend_.get(), static_cast<int>(options.gloo_threads),
+                               options.rank, options.size, &rt->handles_, &rt->queue_,
+                               &rt->events_, [r = rt.get()] { r->queue_.Wake(); });
+  }
   Status setup = rt->StartRankZeroTools();
   if (!setup.ok()) {
     // Every rank is connected by now and would only learn of a closed channel: tell them why.
@@ -428,6 +433,7 @@ void Runtime::FailAll(const Status& status) {
 void Runtime::Abort(const Status& status, int cause_rank) {
   Status s = Aborted("dadt job aborted: " + status.message());
   DADT_LOG(ERROR) << s.message();
+  if (lanes_) lanes_->Cancel(s);  // what a lane is running now ends on its own
   RecordCause(cause_rank);
   if (options_.rank == 0 && channel_ && options_.size > 1) {
     ResponseList list;
@@ -444,6 +450,23 @@ void Runtime::RecordCause(int cause_rank) {
   if (cause_rank >= 0 && cause_rank != options_.rank && store_) {
     (void)store_->Set("cause/" + std::to_string(options_.rank), std::to_string(cause_rank));
   }
+}
+
+EntryMap Runtime::TakeEntries(const Response& r) {
+  EntryMap taken;
+  for (const std::string& name : r.names) {
+    auto it = entries_.find(name);
+    if (it == entries_.end()) continue;  // a joined rank has none
+    taken.emplace(name, std::move(it->second));
+    entries_.erase(it);
+  }
+  return taken;
+}
+
+Status Runtime::DrainLanes() {
+  if (!lanes_) return Status::OK();
+  lanes_->Drain();
+  return lanes_->TakeFailure();
 }
 
 bool Runtime::HandleResponses(const ResponseList& list) {
@@ -495,7 +518,14 @@ bool Runtime::HandleResponses(const ResponseList& list) {
         }
       }
     }
-    Status s = executor_->Execute(resp, entries_);
+    if (lanes_ && Lanes::Runs(resp)) {
+      lanes_->Submit(resp, TakeEntries(resp));
+      // Counted when handed over: in steady state lanes finish responses as fast as they get them.
+      if (autotune_) autotune_->OnExecuted(resp);
+      continue;
+    }
+    Status s = DrainLanes();  // anything else runs after what the lanes hold
+    if (s.ok()) s = executor_->Execute(resp, entries_);
     if (autotune_ && s.ok()) autotune_->OnExecuted(resp);
     if (!s.ok()) {
       Abort(s);
@@ -503,6 +533,11 @@ bool Runtime::HandleResponses(const ResponseList& list) {
     }
   }
   if (list.shutdown) {
+    Status s = DrainLanes();
+    if (!s.ok()) {
+      Abort(s);
+      return true;
+    }
     if (!entries_.empty() || list.abort_rank != options_.rank) RecordCause(list.abort_rank);
     FailAll(Aborted(list.abort.empty() ? "dadt has been shut down" : list.abort));
     return true;
@@ -511,6 +546,12 @@ bool Runtime::HandleResponses(const ResponseList& list) {
 }
 
 void Runtime::Loop() {
+  RunLoop();
+  // However the loop ended, what the lanes still hold runs (or fails) before the runtime stops.
+  if (lanes_) lanes_->Drain();
+}
+
+void Runtime::RunLoop() {
   // A transport probed on a timer (MPI) sleeps for tens of microseconds at a time: without this
   // the kernel may let each sleep run 50 us long (the default timer slack), doubling the
   // negotiation latency. The slack is per thread; this one is the loop thread.
@@ -542,6 +583,13 @@ void Runtime::Loop() {
       poll(fds.data(), fds.size(), timeout_ms);
     }
     if (fds[0].revents & POLLIN) queue_.ClearWake();
+    if (lanes_) {  // a lane that failed woke us
+      Status failed = lanes_->TakeFailure();
+      if (!failed.ok()) {
+        Abort(failed);
+        return;
+      }
+    }
     if (coordinator_) ApplyPendingParams();
     const auto now = Clock::now();
 

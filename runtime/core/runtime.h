@@ -31,6 +31,7 @@
 #include "runtime/core/coordinator.h"
 #include "runtime/core/executor.h"
 #include "runtime/core/handle_table.h"
+#include "runtime/core/lanes.h"
 #include "runtime/core/response_cache.h"
 #include "runtime/core/stall_inspector.h"
 #include "runtime/core/tensor_queue.h"
@@ -62,6 +63,8 @@ struct RuntimeOptions : JobGeometry {
   std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds op_timeout{std::chrono::seconds(300)};
   int64_t segment_bytes = 0;  // DADT_GLOO_SEGMENT_BYTES; 0: the engine's default
+  // DADT_GLOO_THREADS: collectives in flight at once on engines that can (lanes.h); 1: one.
+  int64_t gloo_threads = 2;
   StallOptions stall;  // rank 0's stall inspector (DADT_STALL_*)
 
   // The launcher's environment (docs/running.md); junk values are InvalidArgument naming them.
@@ -106,9 +109,15 @@ class Runtime {
   static StatusOr<std::unique_ptr<backends::ControlTransport>> CreateTransport(
       RuntimeOptions* options, KeyValueStore* store);
   Status Validate(const TensorEntry& entry) const;
+  // The loop thread: RunLoop, then waits for the lanes.
   void Loop();
+  void RunLoop();
   // Returns true when the loop must end (shutdown or abort).
   bool HandleResponses(const ResponseList& list);
+  // Moves this rank's entries for `r` out of entries_, for a lane.
+  EntryMap TakeEntries(const Response& r);
+  // Waits until the lanes are idle; their first failure, if any.
+  Status DrainLanes();
   // Fails everything. `cause_rank` (when known) is the rank whose exit or failure caused this; it is
   // recorded at rendezvous ("cause/<rank>") so that dadtrun blames the root cause.
   void Abort(const Status& status, int cause_rank = -1);
@@ -129,9 +138,12 @@ class Runtime {
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
   std::unique_ptr<Executor> executor_;
+  // Runs CPU collectives two (gloo_threads) at a time; null when the loop runs them all itself.
+  // Declared after backend_: its forks go first.
+  std::unique_ptr<Lanes> lanes_;
   std::unique_ptr<AutotuneDriver> autotune_;  // rank 0, when DADT_AUTOTUNE is on
 
-  // The one event stream (timeline now, autotuner later). Emitted only from the loop thread.
+  // The one event stream (timeline now, autotuner later). Emitted from the loop thread and lanes.
   timeline::EventStream events_;
   std::mutex timeline_mu_;  // guards timeline_writer_ (start/stop from API threads)
   std::shared_ptr<timeline::ChromeTraceWriter> timeline_writer_;

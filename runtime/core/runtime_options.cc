@@ -40,6 +40,11 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
     return InvalidArgument(std::string(env::kGlooSegmentBytes) + " must be >= 0 bytes (0: the " +
                            "default, 1 MiB), got " + std::to_string(o.segment_bytes));
   }
+  DADT_ASSIGN_OR_RETURN(o.gloo_threads, env::GetInt(env::kGlooThreads, env::kDefaultGlooThreads));
+  if (o.gloo_threads < 1 || o.gloo_threads > 15) {
+    return InvalidArgument(std::string(env::kGlooThreads) + " must be 1 to 15 (collectives in " +
+                           "flight at once; default 2), got " + std::to_string(o.gloo_threads));
+  }
   DADT_ASSIGN_OR_RETURN(o.stall, StallOptions::FromEnv());
   o.iface = env::GetString(env::kIface);
   o.secret = env::GetString(env::kSecret);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <string>
 
@@ -120,6 +121,13 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
       new GlooBackend(options, std::move(context), std::move(registry)));
 }
 
+struct GlooBackend::Shared {
+  std::unique_ptr<internal::PeerWatchdog> watchdog;  // null when size == 1
+  std::mutex mu;
+  Status broken;         // the first failure of this backend or any fork (guarded by mu)
+  uint32_t forks = 0;    // forks made so far (guarded by mu)
+};
+
 GlooBackend::GlooBackend(const BackendOptions& options, std::shared_ptr<::gloo::Context> context,
                          std::shared_ptr<internal::BufferRegistry> registry)
     : rank_(options.rank),
@@ -129,14 +137,36 @@ GlooBackend::GlooBackend(const BackendOptions& options, std::shared_ptr<::gloo::
       segment_bytes_(options.segment_bytes > 0            ? options.segment_bytes
                      : options.local_size == options.size ? internal::kWholeBlocks
                                                           : internal::kDefaultSegmentBytes),
-      context_(std::move(context)) {
+      context_(std::move(context)),
+      shared_(std::make_shared<Shared>()) {
   if (context_) {
-    watchdog_ = std::make_unique<internal::PeerWatchdog>(context_, std::move(registry),
-                                                         kPeerProbeInterval);
+    shared_->watchdog = std::make_unique<internal::PeerWatchdog>(context_, std::move(registry),
+                                                                 kPeerProbeInterval);
   }
+  watchdog_ = shared_->watchdog.get();
 }
 
+GlooBackend::GlooBackend(const GlooBackend& parent, uint32_t tag_base)
+    : rank_(parent.rank_),
+      size_(parent.size_),
+      timeout_(parent.timeout_),
+      segment_bytes_(parent.segment_bytes_),
+      context_(parent.context_),
+      shared_(parent.shared_),
+      watchdog_(parent.watchdog_),
+      tag_base_(tag_base) {}
+
 GlooBackend::~GlooBackend() = default;
+
+std::unique_ptr<Backend> GlooBackend::Fork() {
+  uint32_t k;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    k = ++shared_->forks;
+  }
+  if (k >= 16) return nullptr;  // the tag's top four bits name the handle: 15 forks at most
+  return std::unique_ptr<Backend>(new GlooBackend(*this, k << 28));
+}
 
 char* GlooBackend::NonNull(const void* p) {
   static char empty[1];  // Gloo wants a pointer even for zero bytes; never dereferenced
@@ -157,17 +187,24 @@ Status GlooBackend::CheckReduce(int64_t count, DataType dtype, ReduceOp op) {
 }
 
 Status GlooBackend::CheckUsable() const {
-  if (broken_.ok()) return Status::OK();
-  return Aborted("gloo backend is unusable after an earlier failure: " + broken_.message());
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  if (shared_->broken.ok()) return Status::OK();
+  return Aborted("gloo backend is unusable after an earlier failure: " +
+                 shared_->broken.message());
 }
 
 Status GlooBackend::Finish(Status status) {
   if (status.ok()) return status;
-  broken_ = Status(status.code(), status.message() + " [rank " + std::to_string(rank_) + " of " +
-                                      std::to_string(size_) + "]");
-  // Peers may be blocked on this rank; a reset connection tells them at once. Best effort.
+  Status mine(status.code(), status.message() + " [rank " + std::to_string(rank_) + " of " +
+                                 std::to_string(size_) + "]");
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    if (shared_->broken.ok()) shared_->broken = mine;
+  }
+  // Peers, and this rank's other forks, may be blocked on these connections; resetting them tells
+  // everyone at once. Best effort.
   (void)DADT_GLOO_STATUS("close", context_->closeConnections());
-  return broken_;
+  return mine;
 }
 
 Status GlooBackend::CheckPerRank(const char* what, const std::vector<int64_t>& v) const {
@@ -189,7 +226,7 @@ Status GlooBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp
   DADT_RETURN_IF_ERROR(CheckReduce(count, dtype, op));
   if (count == 0 || size_ == 1) return Status::OK();
   return Finish(DADT_GLOO_STATUS("allreduce", {
-    internal::PeerWatchdog::Scope watch(watchdog_.get());
+    internal::PeerWatchdog::Scope watch(watchdog_);
     ::gloo::AllreduceOptions opts(context_);
     opts.setTag(NextTag());
     opts.setTimeout(timeout_);
@@ -215,7 +252,7 @@ Status GlooBackend::Allgatherv(const void* in, void* out,
   if (total == 0) return Status::OK();  // every rank sees the same sizes: a consistent skip
   if (mine > 0 && in != dst + offset) std::memmove(dst + offset, in, mine);
   return Finish(DADT_GLOO_STATUS("allgatherv", {
-    internal::PeerWatchdog::Scope watch(watchdog_.get());
+    internal::PeerWatchdog::Scope watch(watchdog_);
     internal::RingAllgather(NextRing(), dst, bytes_per_rank);
   }));
 }
@@ -238,7 +275,7 @@ Status GlooBackend::Broadcast(void* buf, int64_t bytes, int root) {
   if (bytes < 0) return InvalidArgument("broadcast: negative size " + std::to_string(bytes));
   if (bytes == 0 || size_ == 1) return Status::OK();
   return Finish(DADT_GLOO_STATUS("broadcast", {
-    internal::PeerWatchdog::Scope watch(watchdog_.get());
+    internal::PeerWatchdog::Scope watch(watchdog_);
     ::gloo::BroadcastOptions opts(context_);
     opts.setTag(NextTag());
     opts.setTimeout(timeout_);
@@ -265,7 +302,7 @@ Status GlooBackend::Alltoallv(const void* in, const std::vector<int64_t>& send_b
   // No local shortcut when this rank moves nothing: its peers still run the exchange, and the
   // tags must advance in step on every rank.
   return Finish(DADT_GLOO_STATUS("alltoallv", {
-    internal::PeerWatchdog::Scope watch(watchdog_.get());
+    internal::PeerWatchdog::Scope watch(watchdog_);
     ::gloo::AlltoallvOptions opts(context_);
     opts.setTag(NextTag());
     opts.setTimeout(timeout_);
@@ -279,7 +316,7 @@ Status GlooBackend::Barrier() {
   DADT_RETURN_IF_ERROR(CheckUsable());
   if (size_ == 1) return Status::OK();
   return Finish(DADT_GLOO_STATUS("barrier", {
-    internal::PeerWatchdog::Scope watch(watchdog_.get());
+    internal::PeerWatchdog::Scope watch(watchdog_);
     ::gloo::BarrierOptions opts(context_);
     opts.setTag(NextTag());
     opts.setTimeout(timeout_);

@@ -21,17 +21,20 @@
 // size == 1 needs no network: no device, no store traffic, and every collective is a local copy
 // or nothing, so a single-process job starts instantly.
 //
-// Threading: like every Backend, called from one thread (the core's loop thread); Gloo's device
-// runs its own I/O thread and the PeerWatchdog one more (asleep unless collectives are running).
-// Every collective gets a fresh tag so a late message from one collective can never be matched
-// by the next.
+// Threading: each handle is called from one thread at a time (the core's loop thread, or one of
+// its lanes). Fork() gives another handle on the same connections whose collectives may run at
+// the same time: handle k tags its collectives from k << 28 on, so the two never match each
+// other's messages, and within a handle every collective gets a fresh tag so a late message from
+// one collective can never be matched by the next. Gloo's device runs its own I/O thread and the
+// PeerWatchdog one more (asleep unless collectives are running).
 //
 // Failure: Gloo throws; we convert at this edge (gloo_error.h) to kAborted (a peer died or a
 // connection broke), kTimeout (options.timeout passed) or kInternal. Gloo's TCP pair notices a
 // dead peer at once but can leave a wait on an in-flight transfer sleeping until the timeout;
 // the PeerWatchdog (peer_watchdog.h) closes that gap, so a dead peer ends the collective within
-// about 100 ms. After the first failure the backend is poisoned: it closes all its connections
-// (peers blocked on this rank fail fast too) and every later call returns kAborted at once.
+// about 100 ms. After the first failure the backend and its forks are poisoned: it closes all
+// the connections (peers blocked on this rank fail fast too, and so do this rank's other forks)
+// and every later call returns kAborted at once.
 // One process-wide side effect: with size > 1, Create sets SIGPIPE to SIG_IGN if it is still at
 // its default, because Gloo's writes to a dead peer would otherwise kill this process.
 #pragma once
@@ -39,6 +42,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "runtime/backends/backend.h"
@@ -71,10 +75,14 @@ class GlooBackend final : public Backend {
   Status Reducescatter(const void* in, void* out, const std::vector<int64_t>& recv_counts,
                        DataType dtype, ReduceOp op) override;
   Status Barrier() override;
+  std::unique_ptr<Backend> Fork() override;
 
  private:
+  struct Shared;  // what a backend and its forks share: connections, watchdog, failure
+
   GlooBackend(const BackendOptions& options, std::shared_ptr<::gloo::Context> context,
               std::shared_ptr<internal::BufferRegistry> registry);
+  GlooBackend(const GlooBackend& parent, uint32_t tag_base);
 
   // The poison check every collective starts with.
   Status CheckUsable() const;
@@ -84,7 +92,7 @@ class GlooBackend final : public Backend {
   Status CheckPerRank(const char* what, const std::vector<int64_t>& v) const;
   static Status CheckReduce(int64_t count, DataType dtype, ReduceOp op);
   static char* NonNull(const void* p);
-  uint32_t NextTag() { return tag_++; }
+  uint32_t NextTag() { return tag_base_ | (tag_++ & kTagMask); }
   // A ring collective's options (ring.h), with the next tag.
   internal::RingOptions NextRing();
 
@@ -92,10 +100,12 @@ class GlooBackend final : public Backend {
   const int size_;
   const std::chrono::milliseconds timeout_;
   const int64_t segment_bytes_;  // the rings' segment size (ring.h)
+  static constexpr uint32_t kTagMask = (uint32_t{1} << 28) - 1;
   std::shared_ptr<::gloo::Context> context_;  // null when size_ == 1
-  std::unique_ptr<internal::PeerWatchdog> watchdog_;  // null when size_ == 1; dies before context_
+  std::shared_ptr<Shared> shared_;
+  internal::PeerWatchdog* watchdog_;  // shared_->watchdog; null when size_ == 1
+  uint32_t tag_base_ = 0;  // this handle's tag space: k << 28 for the k-th fork, 0 for the first
   uint32_t tag_ = 0;
-  Status broken_;
   std::vector<char> scratch_;  // Reducescatter's partial sums, reused between calls
   std::vector<char> landing_;  // Reducescatter's received segments, reused between calls
 };

@@ -39,14 +39,14 @@ PeerWatchdog::~PeerWatchdog() {
 
 void PeerWatchdog::Arm() {
   std::lock_guard<std::mutex> lock(mu_);
-  armed_ = true;
+  ++armed_;
   ++arms_;
   if (idle_) cv_.notify_one();
 }
 
 void PeerWatchdog::Disarm() {
   std::lock_guard<std::mutex> lock(mu_);
-  armed_ = false;
+  --armed_;
 }
 
 void PeerWatchdog::Run() {
@@ -56,13 +56,13 @@ void PeerWatchdog::Run() {
   while (!stop_) {
     if (quiet_ticks >= kQuietTicksBeforeIdle) {
       idle_ = true;
-      cv_.wait(lock, [this] { return stop_ || armed_; });
+      cv_.wait(lock, [this] { return stop_ || armed_ > 0; });
       idle_ = false;
       quiet_ticks = 0;
     }
     cv_.wait_for(lock, interval_, [this] { return stop_; });
     if (stop_) break;
-    if (armed_) {
+    if (armed_ > 0) {
       quiet_ticks = 0;
       lock.unlock();  // probing takes the pairs' locks; never hold ours meanwhile
       std::exception_ptr failure = Probe();

@@ -18,8 +18,9 @@
 // the thread ticks every `interval`; after about a second without any it sleeps until the next
 // Arm (an idle runtime must not burn a core).
 //
-// Threading: Arm/Disarm from the backend's one calling thread; the watchdog thread only reads
-// the context (pairs are thread-safe) and fails buffers through the registry.
+// Threading: Arm/Disarm from any thread (a backend and its forks each arm it around their own
+// collectives; it stays armed while any of them runs); the watchdog thread only reads the
+// context (pairs are thread-safe) and fails buffers through the registry.
 #pragma once
 
 #include <chrono>
@@ -72,7 +73,7 @@ class PeerWatchdog {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool armed_ = false;
+  int armed_ = 0;  // collectives running now
   bool idle_ = false;  // the thread waits without a deadline; Arm must wake it
   bool stop_ = false;
   uint64_t arms_ = 0;  // counts Arm calls, to tell "quiet" from "busy with short collectives"

@@ -43,7 +43,7 @@ Status GlooBackend::Reducescatter(const void* in, void* out,
   const size_t landing = internal::RingLandingBytes(ring, recv_counts, dtype);
   if (landing_.size() < landing) landing_.resize(landing);
   return Finish(DADT_GLOO_STATUS("reducescatter", {
-    internal::PeerWatchdog::Scope watch(watchdog_.get());
+    internal::PeerWatchdog::Scope watch(watchdog_);
     internal::RingReducescatter(ring, static_cast<const char*>(in), static_cast<char*>(out),
                                 keeps_partials ? scratch_.data() : nullptr, landing_.data(),
                                 recv_counts, dtype, op);

@@ -1,4 +1,4 @@
-// RuntimeOptions::FromEnv: the tuning knobs' values reach the options, and junk is refused with a
+// RuntimeOptions::FromEnv: the Gloo knobs' values reach the options, and junk is refused with a
 // message that names the variable.
 #include <cstdlib>
 #include <string>
@@ -37,6 +37,28 @@ TEST(RuntimeOptionsTest, BadGlooSegmentBytesNameTheVariable) {
     ASSERT_FALSE(options.ok()) << bad;
     EXPECT_EQ(options.status().code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(options.status().message().find("DADT_GLOO_SEGMENT_BYTES"), std::string::npos)
+        << options.status().ToString();
+  }
+}
+
+TEST(RuntimeOptionsTest, GlooThreadsDefaultsToTwoAndReachesTheOptions) {
+  auto defaults = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->gloo_threads, 2);
+
+  ScopedEnv set("DADT_GLOO_THREADS", "1");
+  auto options = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(options.ok()) << options.status().ToString();
+  EXPECT_EQ(options->gloo_threads, 1);
+}
+
+TEST(RuntimeOptionsTest, BadGlooThreadsNameTheVariable) {
+  for (const char* bad : {"0", "-2", "16", "two"}) {
+    ScopedEnv set("DADT_GLOO_THREADS", bad);
+    auto options = RuntimeOptions::FromEnv();
+    ASSERT_FALSE(options.ok()) << bad;
+    EXPECT_EQ(options.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(options.status().message().find("DADT_GLOO_THREADS"), std::string::npos)
         << options.status().ToString();
   }
 }

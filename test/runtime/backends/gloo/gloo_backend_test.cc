@@ -322,6 +322,89 @@ TEST(GlooRingTest, ReducescatterInManySegments) {
   }
 }
 
+// Forks (Backend::Fork) run collectives at the same time over the same connections, the way the
+// runtime's lanes use them: on every rank, one thread per fork, each running a different kind of
+// collective, with small segments so that their messages interleave on the pairs. Every result
+// must be exact: a message matched by the wrong fork would corrupt one.
+TEST(GlooForkTest, ForksRunCollectivesAtOnce) {
+  constexpr int kRounds = 40;
+  for (int n : {2, 3}) {
+    RunRanksWithSegments(n, 256, [n](int rank, Backend& b) {
+      std::unique_ptr<Backend> forks[2] = {b.Fork(), b.Fork()};
+      ASSERT_TRUE(forks[0] && forks[1]);
+      std::thread reducer([&] {
+        for (int i = 0; i < kRounds; ++i) {
+          std::vector<float> buf(3000 + 17 * i);
+          for (size_t k = 0; k < buf.size(); ++k) buf[k] = static_cast<float>(rank + i + k % 7);
+          ASSERT_TRUE(forks[0]->Allreduce(buf.data(), buf.size(), DataType::kFloat32,
+                                          ReduceOp::kSum).ok());
+          int64_t bad = 0;
+          for (size_t k = 0; k < buf.size(); ++k) {
+            bad += buf[k] != static_cast<float>(n * (n - 1) / 2 + n * (i + k % 7));
+          }
+          EXPECT_EQ(bad, 0) << "allreduce round " << i << ", rank " << rank;
+        }
+      });
+      for (int i = 0; i < kRounds; ++i) {
+        const std::vector<int64_t> counts = testutil::EvenSplit(2000 + 31 * i, n);
+        const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+        const int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
+        std::vector<int32_t> in(total), part(counts[rank]), all(total);
+        for (int64_t k = 0; k < total; ++k) in[k] = static_cast<int32_t>(k * (rank + 1) + i);
+        ASSERT_TRUE(forks[1]->Reducescatter(in.data(), part.data(), counts, DataType::kInt32,
+                                            ReduceOp::kSum).ok());
+        std::vector<int64_t> bytes(n);
+        for (int r = 0; r < n; ++r) bytes[r] = counts[r] * 4;
+        ASSERT_TRUE(forks[1]->Allgatherv(part.data(), all.data(), bytes).ok());
+        int64_t bad = 0;
+        for (int64_t k = 0; k < total; ++k) {
+          bad += all[k] != static_cast<int32_t>(k * n * (n + 1) / 2 + n * i);
+        }
+        EXPECT_EQ(bad, 0) << "reduce-scatter + all-gather round " << i << ", rank " << rank
+                          << " (offset " << offset << ")";
+      }
+      reducer.join();
+      // The parent's own tag space is untouched by its forks'.
+      std::vector<double> one(5, 1.0);
+      EXPECT_TRUE(b.Allreduce(one.data(), one.size(), DataType::kFloat64, ReduceOp::kSum).ok());
+      EXPECT_EQ(one[4], n);
+    });
+  }
+}
+
+// A failure on one fork poisons the backend and every other fork: each later call fails at once.
+TEST(GlooForkTest, FailureOnOneForkPoisonsTheOthers) {
+  InMemoryKeyValueStore store;
+  BackendOptions o0 = Options(0, 2, &store, milliseconds(60000)), o1 = o0;
+  o1.rank = o1.local_rank = 1;
+  std::thread peer([&] {
+    auto b = BackendRegistry::Create("gloo", o1);
+    if (!b.ok()) return;
+    auto fork = (*b)->Fork();
+    std::this_thread::sleep_for(milliseconds(200));
+    fork.reset();
+    b->reset();  // closes its sockets while rank 0 waits in an allreduce on its fork
+  });
+  auto b0 = BackendRegistry::Create("gloo", o0);
+  ASSERT_TRUE(b0.ok()) << b0.status().ToString();
+  std::unique_ptr<Backend> fork = (*b0)->Fork(), other = (*b0)->Fork();
+  ASSERT_TRUE(fork && other);
+  std::vector<float> buf(1 << 18, 1.0f);
+  Status s;
+  for (int i = 0; s.ok() && i < 100000; ++i) {
+    s = fork->Allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+  }
+  peer.join();
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+  for (Backend* b : {b0->get(), other.get()}) {
+    const auto start = Clock::now();
+    const Status again = b->Barrier();
+    EXPECT_EQ(again.code(), StatusCode::kAborted) << again.ToString();
+    EXPECT_NE(again.message().find("unusable"), std::string::npos) << again.ToString();
+    EXPECT_LT(SecondsSince(start), 1.0);
+  }
+}
+
 }  // namespace
 }  // namespace gloo
 }  // namespace backends
