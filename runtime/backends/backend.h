@@ -39,6 +39,9 @@ struct BackendOptions : JobGeometry {
   // Engines that pipeline large transfers (Gloo's all-gather and reduce-scatter rings): the
   // segment size in bytes, 0 for the engine's default. Others ignore it.
   int64_t segment_bytes = 0;
+  // Engines with threads of their own that move bytes (Gloo's transport thread) make them
+  // real-time (runtime/common/thread_priority.h) where allowed. Others ignore it.
+  bool realtime_threads = false;
   // Rendezvous store; outlives the backend's constructor only (backends copy what they need).
   KeyValueStore* store = nullptr;
   // Keys this backend writes are prefixed with this (e.g. "gloo/0/").

@@ -1,14 +1,16 @@
 #include "runtime/core/lanes.h"
 
+#include "runtime/common/thread_priority.h"
+
 namespace dadt {
 namespace core {
 
 std::unique_ptr<Lanes> Lanes::Create(backends::Backend* backend, int count, int rank, int size,
                                      HandleTable* handles, TensorQueue* queue,
-                                     const timeline::EventStream* events,
+                                     const timeline::EventStream* events, bool realtime,
                                      std::function<void()> wake) {
   if (count < 2) return nullptr;
-  std::unique_ptr<Lanes> lanes(new Lanes(std::move(wake)));
+  std::unique_ptr<Lanes> lanes(new Lanes(realtime, std::move(wake)));
   for (int i = 0; i < count; ++i) {
     auto lane = std::make_unique<Lane>();
     lane->backend = backend->Fork();
@@ -94,6 +96,7 @@ void Lanes::Cancel(const Status& status) {
 }
 
 void Lanes::Run(Lane* lane) {
+  if (realtime_) (void)MakeThisThreadRealtime();  // the loop thread logs when it is not allowed
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     work_cv_.wait(lock, [&] { return stop_ || !lane->jobs.empty(); });

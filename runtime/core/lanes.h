@@ -14,7 +14,8 @@
 // queued behind it fails at once, and Cancel fails what has not started yet. Every entry a lane
 // takes is completed, with its result or its failure.
 //
-// Threading: Submit, Drain, TakeFailure and Cancel from the loop thread; each lane is a thread.
+// Threading: Submit, Drain, TakeFailure and Cancel from the loop thread; each lane is a thread,
+// real-time where asked and allowed (runtime/common/thread_priority.h).
 #pragma once
 
 #include <condition_variable>
@@ -41,7 +42,7 @@ class Lanes {
   // the loop thread runs every response itself).
   static std::unique_ptr<Lanes> Create(backends::Backend* backend, int count, int rank, int size,
                                        HandleTable* handles, TensorQueue* queue,
-                                       const timeline::EventStream* events,
+                                       const timeline::EventStream* events, bool realtime,
                                        std::function<void()> wake);
   ~Lanes();  // drains, then stops the threads
 
@@ -73,9 +74,11 @@ class Lanes {
     std::thread thread;
   };
 
-  explicit Lanes(std::function<void()> wake) : wake_(std::move(wake)) {}
+  Lanes(bool realtime, std::function<void()> wake)
+      : realtime_(realtime), wake_(std::move(wake)) {}
   void Run(Lane* lane);
 
+  const bool realtime_;
   const std::function<void()> wake_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   uint64_t submitted_ = 0;  // loop thread only

@@ -18,6 +18,7 @@
 #include "runtime/common/rendezvous/client.h"
 #include "runtime/common/rendezvous/in_memory_store.h"
 #include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/thread_priority.h"
 #include "runtime/core/op_layout.h"
 
 namespace dadt {
@@ -193,6 +194,9 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requeste
   bo.timeout = options.op_timeout;
   bo.connect_timeout = options.start_timeout;
   bo.segment_bytes = options.segment_bytes;
+  // MPI's collectives spin while they wait: a real-time thread spinning would starve training.
+  const bool realtime = options.realtime_threads && options.controller == "gloo";
+  bo.realtime_threads = realtime;
   bo.store = rt->store_.get();
   bo.store_prefix = options.backend + "/";
   bo.native_comm = options.native_comm;
@@ -225,7 +229,7 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requeste
   if (options.size > 1) {
     rt->lanes_ = Lanes::Create(rt->backend_.get(), static_cast<int>(options.gloo_threads),
                                options.rank, options.size, &rt->handles_, &rt->queue_,
-                               &rt->events_, [r = rt.get()] { r->queue_.Wake(); });
+                               &rt->events_, realtime, [r = rt.get()] { r->queue_.Wake(); });
   }
   Status setup = rt->StartRankZeroTools();
   if (!setup.ok()) {
@@ -546,6 +550,12 @@ bool Runtime::HandleResponses(const ResponseList& list) {
 }
 
 void Runtime::Loop() {
+  if (options_.realtime_threads && options_.controller == "gloo") {
+    Status s = MakeThisThreadRealtime();
+    if (!s.ok()) {
+      DADT_LOG(INFO) << s.message();
+    }
+  }
   RunLoop();
   // However the loop ended, what the lanes still hold runs (or fails) before the runtime stops.
   if (lanes_) lanes_->Drain();

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <thread>
 
 #include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
@@ -22,6 +24,7 @@
 #include "runtime/backends/gloo/store_adapter.h"
 #include "runtime/backends/gloo/tracked_transport.h"
 #include "runtime/common/reduce.h"
+#include "runtime/common/thread_priority.h"
 
 namespace dadt {
 namespace backends {
@@ -81,6 +84,25 @@ void SetAllreduceBuffer(::gloo::AllreduceOptions& opts, void* buf, int64_t count
   }
 }
 
+// The device starts Gloo's transport thread, which inherits the scheduling of the thread that
+// creates it: with realtime_threads, a short-lived real-time thread creates it.
+std::shared_ptr<::gloo::transport::Device> CreateDevice(
+    const BackendOptions& options, std::shared_ptr<internal::BufferRegistry> registry) {
+  if (!options.realtime_threads) return internal::CreateTrackedDevice(DeviceAttr(options), registry);
+  std::shared_ptr<::gloo::transport::Device> device;
+  std::exception_ptr error;
+  std::thread([&] {
+    (void)MakeThisThreadRealtime();  // the runtime's loop thread logs when this is not allowed
+    try {
+      device = internal::CreateTrackedDevice(DeviceAttr(options), registry);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }).join();
+  if (error) std::rethrow_exception(error);
+  return device;
+}
+
 [[maybe_unused]] const bool kRegistered = BackendRegistry::Register("gloo", &GlooBackend::Create);
 
 }  // namespace
@@ -102,7 +124,7 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
   std::shared_ptr<::gloo::rendezvous::Context> context;
   auto registry = std::make_shared<internal::BufferRegistry>();
   Status s = DADT_GLOO_STATUS("connect", {
-    auto device = internal::CreateTrackedDevice(DeviceAttr(options), registry);
+    auto device = CreateDevice(options, registry);
     context = std::make_shared<::gloo::rendezvous::Context>(options.rank, options.size);
     // Connecting is bounded by the start timeout; collectives by the operation timeout.
     const auto connect_timeout =

@@ -2,11 +2,15 @@
 // path, rendezvous through the StoreAdapter, the exception -> Status edge, interface selection,
 // and failures -- a peer killed mid-collective (a real forked process, as Gloo's MultiProcTest
 // does), a peer that closes its connections, and a peer that stalls until the timeout.
+#include <dirent.h>
 #include <netdb.h>
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -402,6 +406,65 @@ TEST(GlooForkTest, FailureOnOneForkPoisonsTheOthers) {
     EXPECT_EQ(again.code(), StatusCode::kAborted) << again.ToString();
     EXPECT_NE(again.message().find("unusable"), std::string::npos) << again.ToString();
     EXPECT_LT(SecondsSince(start), 1.0);
+  }
+}
+
+// The threads of this process that run SCHED_FIFO now.
+int RealtimeThreads() {
+  int n = 0;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  while (dirent* d = readdir(dir)) {
+    if (d->d_name[0] == '.') continue;
+    if (sched_getscheduler(std::atoi(d->d_name)) == SCHED_FIFO) ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
+// realtime_threads: Gloo's transport thread (one per backend) runs SCHED_FIFO, where allowed;
+// without it, no thread of the backend does. The calling thread keeps its scheduling.
+TEST(GlooBackendTest, RealtimeThreadsMakeTheTransportThreadRealtime) {
+  const int before = RealtimeThreads();
+  ASSERT_GE(before, 0);
+  {
+    sched_param param{};
+    param.sched_priority = 1;
+    std::thread probe([&] {
+      if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &param) != 0) param.sched_priority = 0;
+    });
+    probe.join();
+    if (param.sched_priority == 0) GTEST_SKIP() << "real-time scheduling is not allowed here";
+  }
+  for (bool realtime : {false, true}) {
+    InMemoryKeyValueStore store;
+    const std::string prefix = testutil::UniqueStorePrefix();
+    std::vector<std::unique_ptr<Backend>> backends(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        BackendOptions o = Options(r, 2, &store, milliseconds(20000));
+        o.store_prefix = prefix;
+        o.realtime_threads = realtime;
+        auto b = BackendRegistry::Create("gloo", o);
+        ASSERT_TRUE(b.ok()) << b.status().ToString();
+        backends[r] = std::move(*b);
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(RealtimeThreads() - before, realtime ? 2 : 0) << "realtime_threads " << realtime;
+    EXPECT_EQ(sched_getscheduler(0), SCHED_OTHER);
+    std::vector<float> one(3, 1.0f);  // and they still work
+    threads.clear();
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        EXPECT_TRUE(backends[r]->Allreduce(one.data() + r, 1, DataType::kFloat32,
+                                           ReduceOp::kSum).ok());
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(one[0], 2.0f);
+    EXPECT_EQ(one[1], 2.0f);
   }
 }
 
