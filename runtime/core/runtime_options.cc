@@ -38,7 +38,7 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   DADT_ASSIGN_OR_RETURN(o.segment_bytes, env::GetInt(env::kGlooSegmentBytes, 0));
   if (o.segment_bytes < 0) {
     return InvalidArgument(std::string(env::kGlooSegmentBytes) + " must be >= 0 bytes (0: the " +
-                           "default, 1 MiB), got " + std::to_string(o.segment_bytes));
+                           "default, 2 MiB), got " + std::to_string(o.segment_bytes));
   }
   DADT_ASSIGN_OR_RETURN(o.gloo_threads, env::GetInt(env::kGlooThreads, env::kDefaultGlooThreads));
   if (o.gloo_threads < 1 || o.gloo_threads > 15) {

@@ -22,7 +22,7 @@ class ScopedEnv {
 TEST(RuntimeOptionsTest, GlooSegmentBytesDefaultsToTheEngineAndReachesTheOptions) {
   auto defaults = RuntimeOptions::FromEnv();
   ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
-  EXPECT_EQ(defaults->segment_bytes, 0);  // 0: the engine's own default (1 MiB for Gloo)
+  EXPECT_EQ(defaults->segment_bytes, 0);  // 0: the engine's own default (2 MiB for Gloo)
 
   ScopedEnv set("DADT_GLOO_SEGMENT_BYTES", "262144");
   auto options = RuntimeOptions::FromEnv();
