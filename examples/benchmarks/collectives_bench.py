@@ -14,7 +14,11 @@ each rank's link carried it: a ring all-gather or reduce-scatter sends (n-1)/n o
 every rank, an allreduce twice that. --submit says how the tensors are handed over:
 "together" (default: all at once, as dear's step() submits its all-gathers), "pipelined" (the next
 one while the previous runs, as backward submits buckets), "one-by-one" (each waited for before
-the next: every collective pays its own negotiation round).
+the next: every collective pays its own negotiation round). --busy-thread keeps a thread of matrix
+products running beside each rank, as backward runs beside dear's reduce-scatters:
+
+    python examples/benchmarks/collectives_bench.py --np 2 --sizes-mb 4 --submit one-by-one \
+        --busy-thread --dadtrun-args "-H h1:1,h2:1 --network-interface dadt0 -x DADT_REALTIME_THREADS=0"
 """
 import argparse
 import json
@@ -23,6 +27,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 from allreduce_bench import find_dadtrun, worker_environment  # same folder
@@ -38,6 +43,9 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=4)
     p.add_argument("--submit", choices=["together", "pipelined", "one-by-one"], default="together",
                    help="how the tensors of a row are submitted (see above)")
+    p.add_argument("--busy-thread", action="store_true",
+                   help="each rank also runs a thread of matrix products meanwhile, as training's "
+                        "backward runs beside dear's reduce-scatters")
     p.add_argument("--dadtrun", default=None, help="launcher (default: $DADTRUN, PATH, bazel-bin)")
     p.add_argument("--dadtrun-args", default="", help="extra launcher arguments, e.g. '-H a:1,b:1'")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -50,6 +58,15 @@ def worker(args):
     torch.set_num_threads(1)
     dadt.init()
     n = dadt.size()
+    busy = threading.Event()
+    burner = None
+    if args.busy_thread:
+        def burn():  # the shapes of one of train_bench's layers in backward
+            a, w = torch.randn(240, 1024), torch.randn(1024, 1024)
+            while not busy.is_set():
+                (a @ w).t() @ a
+        burner = threading.Thread(target=burn, daemon=True)
+        burner.start()
     rows = []
     for mb in [int(x) for x in args.sizes_mb.split(",")]:
         count = max(1, args.total_mb // mb)
@@ -86,6 +103,9 @@ def worker(args):
                     times.append(time.perf_counter() - start)
             row[op] = statistics.median(times)
         rows.append(row)
+    busy.set()
+    if burner:
+        burner.join()
     if dadt.rank() == 0:
         print("RESULT " + json.dumps({"size": n, "rows": rows}), flush=True)
     dadt.shutdown()
@@ -98,6 +118,8 @@ def driver(args):
     cmd = [dadtrun, "--gloo", "-np", str(args.np), *args.dadtrun_args.split(), sys.executable,
            os.path.abspath(__file__), "--worker", "--total-mb", str(args.total_mb), "--sizes-mb",
            args.sizes_mb, "--repeats", str(args.repeats), "--submit", args.submit]
+    if args.busy_thread:
+        cmd.append("--busy-thread")
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, env=worker_environment(), stdout=subprocess.PIPE, text=True)
     if proc.returncode != 0:
@@ -111,7 +133,9 @@ def driver(args):
         sys.exit("collectives_bench: no RESULT line from rank 0:\n" + proc.stdout[-3000:])
     n = result["size"]
     print("%d ranks (Gloo); each row moves %d MB, tensors submitted %s; median of %d; MB/s = bytes "
-          "each rank sent / time\n" % (n, args.total_mb, args.submit, args.repeats))
+          "each rank sent / time%s\n" % (n, args.total_mb, args.submit, args.repeats,
+                                          "; a busy compute thread beside each rank"
+                                          if args.busy_thread else ""))
     print("| tensors | all-gather ms | MB/s | reduce-scatter ms | MB/s | allreduce ms | MB/s |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in result["rows"]:

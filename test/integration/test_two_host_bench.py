@@ -42,17 +42,20 @@ def test_table_of_every_mode_and_the_shaping_removed(dadtrun):
         assert "tbf" not in _qdiscs(dev), "the shaping on %s outlived the script" % dev
 
 
-@pytest.mark.parametrize("submit", ["together", "pipelined", "one-by-one"])
-def test_collectives_bench_one_host(dadtrun, submit):
-    """Each submit order of collectives_bench.py completes and prints one row per tensor size
-    (2 MB as 2 x 1 MB and 1 x 2 MB; one host, loopback)."""
+@pytest.mark.parametrize("submit,busy", [("together", False), ("pipelined", False),
+                                         ("one-by-one", False), ("one-by-one", True)])
+def test_collectives_bench_one_host(dadtrun, submit, busy):
+    """Each submit order of collectives_bench.py, and a busy compute thread beside each rank,
+    completes and prints one row per tensor size (2 MB as 2 x 1 MB and 1 x 2 MB; one host)."""
     env = worker_env()
     env.update(DADTRUN=dadtrun)
     script = os.path.join(REPO, "examples", "benchmarks", "collectives_bench.py")
     proc = subprocess.run([PY, script, "--np", "2", "--total-mb", "2", "--sizes-mb", "1,2",
-                           "--repeats", "1", "--submit", submit], env=env, capture_output=True,
-                          text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=REPO)
+                           "--repeats", "1", "--submit", submit] + (["--busy-thread"] if busy else []),
+                          env=env, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "tensors submitted %s" % submit in proc.stdout, proc.stdout
+    assert ("a busy compute thread beside each rank" in proc.stdout) == busy, proc.stdout
     for size in ("2 x 1 MB", "1 x 2 MB"):
         assert re.search(r"^\| %s( \| \d+){6} \|$" % size, proc.stdout, re.M), proc.stdout
