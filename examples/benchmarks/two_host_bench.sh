@@ -9,7 +9,7 @@
 #   sudo examples/benchmarks/two_host_bench.sh                   # the documented run
 #   sudo examples/benchmarks/two_host_bench.sh --rounds 5        # extra options go to train_bench.py
 #
-# Environment: RATE (1gbit), BURST (256kb), LATENCY (10ms: the tbf queue's bound), PYTHON (the
+# Environment: REALTIME (1: DADT_REALTIME_THREADS for the ranks), RATE (1gbit), BURST (256kb), LATENCY (10ms: the tbf queue's bound), PYTHON (the
 # interpreter with dadt installed; default: python3), DADTRUN (default: beside $PYTHON, else PATH).
 # Hosts it had to create are removed at the end; the shaping is always removed (trap), also on
 # Ctrl-C or failure. Needs root, ip(8), tc(8) and sshd (tools/install_deps.sh installs them).
@@ -20,6 +20,9 @@ RATE="${RATE:-1gbit}"
 BURST="${BURST:-256kb}"
 LATENCY="${LATENCY:-10ms}"
 DEVS=(dadt-h1 dadt-h2)
+# One rank per host and per core: the communication threads may run real-time
+# (docs/backends.md, "Real-time threads"). REALTIME=0 measures without.
+DADT_ARGS="-x DADT_REALTIME_THREADS=${REALTIME:-1}"
 NETNS="$ROOT/tools/netns_hosts.sh"
 
 [ "$(id -u)" -eq 0 ] || { echo "two_host_bench: must run as root (namespaces, tc)" >&2; exit 2; }
@@ -75,7 +78,7 @@ echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); load average: $(cut -d' ' -f1-3 /p
 # The collectives the modes are made of, on this link: 44 MB as tensors of 1 to 44 MB.
 echo
 "$PYTHON" "$ROOT/examples/benchmarks/collectives_bench.py" --np 2 \
-    --dadtrun-args "-H h1:1,h2:1 --network-interface dadt0"
+    --dadtrun-args "-H h1:1,h2:1 --network-interface dadt0 $DADT_ARGS"
 echo
 
 # ~10M parameters (10 hidden Linear layers of width 1024 = 42 MB of fp32 gradients) and a batch
@@ -84,4 +87,4 @@ echo
 # table's header states both). Every mode is timed in steady state (train_bench.py's banner).
 "$PYTHON" "$ROOT/examples/benchmarks/train_bench.py" --np 2 --model mlp --layers 10 --width 1024 \
     --batch-size 240 --rounds 3 --chunks 4 --steps 4 --warmup-steps 2 --link-mb-per-s "$LINK_MBPS" \
-    --dadtrun-args "-H h1:1,h2:1 --network-interface dadt0" "$@"
+    --dadtrun-args "-H h1:1,h2:1 --network-interface dadt0 $DADT_ARGS" "$@"

@@ -49,7 +49,7 @@ inline constexpr const char kGlooTimeout[] = "DADT_GLOO_TIMEOUT_SECONDS";  // se
 inline constexpr const char kGlooSegmentBytes[] = "DADT_GLOO_SEGMENT_BYTES";  // 0 = engine default
 inline constexpr const char kGlooThreads[] = "DADT_GLOO_THREADS";  // collectives in flight at once
 inline constexpr int64_t kDefaultGlooThreads = 2;
-inline constexpr const char kRealtimeThreads[] = "DADT_REALTIME_THREADS";  // 0: normal priority
+inline constexpr const char kRealtimeThreads[] = "DADT_REALTIME_THREADS";  // 1: real-time
 inline constexpr const char kLogLevel[] = "DADT_LOG_LEVEL";  // trace|debug|info|warning|error
 inline constexpr const char kStallCheckTime[] = "DADT_STALL_CHECK_TIME_SECONDS";
 inline constexpr const char kStallShutdownTime[] = "DADT_STALL_SHUTDOWN_TIME_SECONDS";

@@ -7,8 +7,11 @@
 // wake-up, and the link idles meanwhile: on a 1 Gbit/s link a 4 MB reduce-scatter took 19-35 ms
 // beside a busy core instead of 18 ms. Nice values do not help (they change the share of CPU, not
 // the wait for it). SCHED_FIFO at the lowest real-time priority does: a woken thread runs at once.
-// These threads block between wake-ups, so they take only what they use; the kernel still keeps
-// 5% of each core for normal threads (sched_rt_runtime_us).
+// The price: a real-time thread that polls instead of blocking keeps its core. Gloo's transport
+// thread does so at times, and with three ranks on two cores a test suite then ran 17 times
+// slower, so the runtime uses this only when asked (DADT_REALTIME_THREADS=1), for one busy rank
+// per core at most. The kernel still keeps 5% of each core for normal threads
+// (sched_rt_runtime_us).
 //
 // Needs CAP_SYS_NICE or an RLIMIT_RTPRIO of at least 1 (`ulimit -r`); without either the thread
 // stays as it was.

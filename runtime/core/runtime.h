@@ -65,9 +65,9 @@ struct RuntimeOptions : JobGeometry {
   int64_t segment_bytes = 0;  // DADT_GLOO_SEGMENT_BYTES; 0: the engine's default
   // DADT_GLOO_THREADS: collectives in flight at once on engines that can (lanes.h); 1: one.
   int64_t gloo_threads = 2;
-  // DADT_REALTIME_THREADS: with the Gloo controller, the loop thread, the lanes and Gloo's
-  // transport thread run at real-time priority where allowed (thread_priority.h).
-  bool realtime_threads = true;
+  // DADT_REALTIME_THREADS (off by default): with the Gloo controller, the loop thread, the lanes
+  // and Gloo's transport thread run at real-time priority where allowed (thread_priority.h).
+  bool realtime_threads = false;
   StallOptions stall;  // rank 0's stall inspector (DADT_STALL_*)
 
   // The launcher's environment (docs/running.md); junk values are InvalidArgument naming them.

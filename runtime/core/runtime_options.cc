@@ -45,7 +45,7 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
     return InvalidArgument(std::string(env::kGlooThreads) + " must be 1 to 15 (collectives in " +
                            "flight at once; default 2), got " + std::to_string(o.gloo_threads));
   }
-  DADT_ASSIGN_OR_RETURN(o.realtime_threads, env::GetBool(env::kRealtimeThreads, true));
+  DADT_ASSIGN_OR_RETURN(o.realtime_threads, env::GetBool(env::kRealtimeThreads, false));
   DADT_ASSIGN_OR_RETURN(o.stall, StallOptions::FromEnv());
   o.iface = env::GetString(env::kIface);
   o.secret = env::GetString(env::kSecret);

@@ -1,6 +1,7 @@
 // RuntimeOptions::FromEnv: the Gloo knobs' values reach the options, and junk is refused with a
 // message that names the variable.
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -30,15 +31,20 @@ TEST(RuntimeOptionsTest, GlooSegmentBytesDefaultsToTheEngineAndReachesTheOptions
   EXPECT_EQ(options->segment_bytes, 262144);
 }
 
-TEST(RuntimeOptionsTest, BadGlooSegmentBytesNameTheVariable) {
-  for (const char* bad : {"-1", "abc", "1.5x"}) {
-    ScopedEnv set("DADT_GLOO_SEGMENT_BYTES", bad);
+// Each of `bad` as `name` is refused with a message that names the variable.
+void ExpectRefused(const char* name, std::initializer_list<const char*> bad) {
+  for (const char* value : bad) {
+    ScopedEnv set(name, value);
     auto options = RuntimeOptions::FromEnv();
-    ASSERT_FALSE(options.ok()) << bad;
-    EXPECT_EQ(options.status().code(), StatusCode::kInvalidArgument) << bad;
-    EXPECT_NE(options.status().message().find("DADT_GLOO_SEGMENT_BYTES"), std::string::npos)
+    ASSERT_FALSE(options.ok()) << name << "=" << value;
+    EXPECT_EQ(options.status().code(), StatusCode::kInvalidArgument) << name << "=" << value;
+    EXPECT_NE(options.status().message().find(name), std::string::npos)
         << options.status().ToString();
   }
+}
+
+TEST(RuntimeOptionsTest, BadGlooSegmentBytesNameTheVariable) {
+  ExpectRefused("DADT_GLOO_SEGMENT_BYTES", {"-1", "abc", "1.5x"});
 }
 
 TEST(RuntimeOptionsTest, GlooThreadsDefaultsToTwoAndReachesTheOptions) {
@@ -53,14 +59,17 @@ TEST(RuntimeOptionsTest, GlooThreadsDefaultsToTwoAndReachesTheOptions) {
 }
 
 TEST(RuntimeOptionsTest, BadGlooThreadsNameTheVariable) {
-  for (const char* bad : {"0", "-2", "16", "two"}) {
-    ScopedEnv set("DADT_GLOO_THREADS", bad);
-    auto options = RuntimeOptions::FromEnv();
-    ASSERT_FALSE(options.ok()) << bad;
-    EXPECT_EQ(options.status().code(), StatusCode::kInvalidArgument) << bad;
-    EXPECT_NE(options.status().message().find("DADT_GLOO_THREADS"), std::string::npos)
-        << options.status().ToString();
-  }
+  ExpectRefused("DADT_GLOO_THREADS", {"0", "-2", "16", "two"});
+}
+
+TEST(RuntimeOptionsTest, RealtimeThreadsAreOptIn) {
+  auto defaults = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_FALSE(defaults->realtime_threads);
+  ScopedEnv set("DADT_REALTIME_THREADS", "1");
+  auto options = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(options.ok()) << options.status().ToString();
+  EXPECT_TRUE(options->realtime_threads);
 }
 
 }  // namespace
