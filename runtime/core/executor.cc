@@ -113,15 +113,11 @@ void Executor::EnableDevice(const std::string& engine, const backends::BackendOp
   device_options_.store_prefix = engine + "/";
 }
 
-namespace {
-
-bool MovesData(Response::Type t) {
+bool Executor::MovesData(Response::Type t) {
   return t == Response::Type::kAllreduce || t == Response::Type::kAllgather ||
          t == Response::Type::kBroadcast || t == Response::Type::kAlltoall ||
          t == Response::Type::kReducescatter;
 }
-
-}  // namespace
 
 Status Executor::DeviceFor(int device, const std::string& name) {
   if (device_) {

@@ -39,6 +39,9 @@ class Executor {
   // delivered to the handles and return OK.
   Status Execute(const Response& response, EntryMap& entries);
 
+  // Whether responses of type `t` move tensor data (the collectives; not join, barrier, error).
+  static bool MovesData(Response::Type t);
+
   // Completes an entry (and forgets its name) with `result`.
   void Finish(TensorEntry& entry, HandleResult result);
 

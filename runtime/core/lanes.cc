@@ -38,16 +38,7 @@ Lanes::~Lanes() {
 }
 
 bool Lanes::Runs(const Response& r) {
-  switch (r.type) {
-    case Response::Type::kAllreduce:
-    case Response::Type::kAllgather:
-    case Response::Type::kBroadcast:
-    case Response::Type::kAlltoall:
-    case Response::Type::kReducescatter:
-      return !r.eager && r.device < 0;
-    default:
-      return false;
-  }
+  return Executor::MovesData(r.type) && !r.eager && r.device < 0;
 }
 
 void Lanes::Submit(const Response& r, EntryMap entries) {

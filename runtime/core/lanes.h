@@ -59,7 +59,6 @@ class Lanes {
   Status TakeFailure();
   // Completes every queued, not yet started response's entries with `status`.
   void Cancel(const Status& status);
-  int count() const { return static_cast<int>(lanes_.size()); }
 
  private:
   struct Job {
