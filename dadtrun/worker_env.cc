@@ -25,6 +25,12 @@ EnvMap CurrentEnvironment() {
   return env;
 }
 
+bool UserTunesMalloc(const EnvMap& env) {
+  if (env.count(env::kMallocMmapThreshold) || env.count(env::kMallocTrimThreshold)) return true;
+  auto tunables = env.find(env::kGlibcTunables);
+  return tunables != env.end() && tunables->second.find("glibc.malloc.") != std::string::npos;
+}
+
 EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoints,
                          const EnvMap& user_env, int rank) {
   EnvMap env = user_env;
@@ -99,6 +105,10 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
     env[env::kOmpNumThreads] = "1";
   }
   if (env.find(env::kPythonUnbuffered) == env.end()) env[env::kPythonUnbuffered] = "1";
+  if (!UserTunesMalloc(env)) {
+    env[env::kMallocMmapThreshold] = std::to_string(env::kWorkerMmapThresholdBytes);
+    env[env::kMallocTrimThreshold] = std::to_string(env::kWorkerTrimThresholdBytes);
+  }
   return env;
 }
 

@@ -72,6 +72,31 @@ TEST(WorkerEnvTest, UserSettingsWinWhereTheyShould) {
   EXPECT_EQ(env["DADT_RANK"], "1");  // the contract always wins
 }
 
+TEST(WorkerEnvTest, KeepsFreedMemoryUnlessTheUserTunesMalloc) {
+  EnvMap env = WorkerEnvironment(Config(1), Endpoints(), {}, 0);
+  EXPECT_EQ(env["MALLOC_MMAP_THRESHOLD_"], "33554432");
+  EXPECT_EQ(env["MALLOC_TRIM_THRESHOLD_"], "1073741824");
+
+  // Any malloc threshold of the user's own, in either form, leaves both untouched.
+  for (const EnvMap& user : {EnvMap{{"MALLOC_TRIM_THRESHOLD_", "131072"}},
+                             EnvMap{{"MALLOC_MMAP_THRESHOLD_", "65536"}},
+                             EnvMap{{"GLIBC_TUNABLES", "glibc.malloc.trim_threshold=0"}}}) {
+    env = WorkerEnvironment(Config(2), Endpoints(), user, 1);
+    for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"}) {
+      auto it = user.find(name);
+      if (it == user.end()) {
+        EXPECT_EQ(env.count(name), 0u) << name;
+      } else {
+        EXPECT_EQ(env[name], it->second) << name;
+      }
+    }
+  }
+  // Tunables that are not malloc's do not count.
+  env = WorkerEnvironment(Config(2), Endpoints(), {{"GLIBC_TUNABLES", "glibc.rtld.nns=2"}}, 0);
+  EXPECT_EQ(env["MALLOC_TRIM_THRESHOLD_"], "1073741824");
+  EXPECT_EQ(env["GLIBC_TUNABLES"], "glibc.rtld.nns=2");
+}
+
 TEST(WorkerEnvTest, SingleRankLeavesOmpAlone) {
   EnvMap env = WorkerEnvironment(Config(1), Endpoints(), {}, 0);
   EXPECT_EQ(env.count("OMP_NUM_THREADS"), 0u);

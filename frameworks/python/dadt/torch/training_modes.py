@@ -26,7 +26,7 @@ from typing import Dict, List, Optional
 import torch
 
 from dadt.common.basics import rank, size
-from dadt.torch.handles import synchronize
+from dadt.torch.handles import poll, synchronize
 from dadt.torch.mpi_ops import allgather_async, allreduce_async_, reducescatter_async
 
 MODES = ("sync", "async", "dear")
@@ -352,14 +352,21 @@ class DearEngine(ModeEngine):
             self._ag[index] = (allgather_async(shard, name="dear.ag.b%d" % index, out=tensor), ctx)
 
     def _complete(self, index):
-        """Applies bucket `index`'s deferred update once its all-gather is done."""
+        """Applies bucket `index`'s deferred update once its all-gather is done, and with it, in
+        the same call of the wrapped optimizer, every other deferred update whose all-gather has
+        already finished: one optimizer call per forward pre-hook rather than one per bucket
+        (each call costs a fixed ~0.3 ms of Python), and the same weights either way, since an
+        update only has to land before its module runs."""
         if index not in self._deferred:
             return
-        handle, ctx = self._ag.pop(index)
-        flat = self._decompressed(synchronize(handle), ctx)
-        bucket = self.buckets[index]
-        self._deferred.remove(index)
-        self._apply({index: [bucket.view(flat, i) for i in range(len(bucket.params))]})
+        ready = [i for i in self._deferred if i == index or poll(self._ag[i][0])]
+        grads = {}
+        for i in ready:
+            handle, ctx = self._ag.pop(i)
+            flat = self._decompressed(synchronize(handle), ctx)
+            self._deferred.remove(i)
+            grads[i] = [self.buckets[i].view(flat, k) for k in range(len(self.buckets[i].params))]
+        self._apply(grads)
 
     def step(self):
         self._submit_remaining()
