@@ -94,6 +94,24 @@ def test_reducescatter_async_into_out(world, nm, dtype):
     assert (backing[0] == 7).all() and (backing[-1] == 7).all(), "wrote outside out"
 
 
+@pytest.mark.parametrize("op_name", ["Sum", "Average"])
+def test_reducescatter_in_place_into_own_rows(world, nm, op_name):
+    # out= may be this rank's own rows of the input (how mode="dear" avoids a copy): the result
+    # lands there, and every other row of the input is left as it was.
+    shape = (2 * world.size + 1, 3)
+    lo, hi = my_slice(shape[0], world.rank, world.size)
+    x = inputs_for("Sum", shape, torch.float32, world.rank, world.size, salt=9)
+    before = x.clone()
+    op = dadt.Sum if op_name == "Sum" else dadt.Average
+    result = dadt.synchronize(dadt.reducescatter_async(x, name=nm(), op=op, out=x[lo:hi]))
+    expected = expected_part("Sum", shape, torch.float32, world, salt=9)
+    if op_name == "Average":
+        expected = expected / world.size
+    assert_equal(result, expected, "reducescatter in place")
+    assert_equal(x[lo:hi], expected, "reducescatter in place: the input's own rows")
+    assert torch.equal(x[:lo], before[:lo]) and torch.equal(x[hi:], before[hi:]), "other rows changed"
+
+
 def test_reducescatter_out_of_the_wrong_size_is_refused(world, nm):
     # Every rank refuses at enqueue (its share is known), naming the tensor and the rows needed.
     shape = (2 * world.size + 1, 3)

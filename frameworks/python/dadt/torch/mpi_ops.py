@@ -322,7 +322,9 @@ def reducescatter_async(tensor, name=None, op=Average,
         prescale_factor: Multiplicative factor to scale tensor before reducescatter.
         postscale_factor: Multiplicative factor to scale tensor after reducescatter.
         out: Optional preallocated result (this rank's rows); the runtime writes into it instead
-            of allocating, and `synchronize()` returns it. It must not overlap `tensor`.
+            of allocating, and `synchronize()` returns it. It must not overlap `tensor`, except
+            that it may be exactly this rank's rows of `tensor` (in place: the other rows are
+            left as they were).
 
     Returns:
         A handle to the reducescatter operation that can be used with `poll()` or

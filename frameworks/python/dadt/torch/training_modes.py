@@ -283,9 +283,10 @@ class AsyncEngine(ModeEngine):
 class DearEngine(ModeEngine):
     """DeAR: reduce-scatter in backward, all-gather before the next forward, per-bucket update.
 
-    No collective allocates: a bucket's reduce-scatter writes this rank's shard into a buffer
-    made once, and its all-gather writes the averaged bucket back into the bucket's own flat
-    buffer (whose views are the gradients the update uses). step() waits for the reduce-scatters
+    No collective allocates or copies: a bucket's reduce-scatter writes this rank's averaged
+    shard in place, into the shard's own rows of the bucket's flat buffer, and its all-gather
+    sends those rows and fills in the others (the buffer's views are the gradients the update
+    uses). step() waits for the reduce-scatters
     (issued in backward, so mostly done) and issues every all-gather at once in layer order, so
     they are negotiated together and run, first layer first, while the next forward runs."""
 
@@ -296,11 +297,11 @@ class DearEngine(ModeEngine):
         self._rs = {}        # bucket index -> (handle, ctx, tensor) of the reduce-scatter
         self._ag = {}        # bucket index -> (handle, ctx) of the all-gather
         self._deferred = []  # bucket indices whose update step() scheduled, in layer order
-        # This rank's rows of a flat bucket (the reduce-scatter splits the first dimension,
-        # lower ranks taking the remainder), preallocated per bucket.
+        # This rank's rows of each flat bucket, (start, count): the reduce-scatter splits the
+        # first dimension, lower ranks taking the remainder.
         n, r = size(), rank()
-        self._shards = [torch.empty(b.numel // n + (1 if r < b.numel % n else 0),
-                                    dtype=b.buffers[0].dtype) for b in self.buckets]
+        self._shard_rows = [(r * (b.numel // n) + min(r, b.numel % n),
+                             b.numel // n + (1 if r < b.numel % n else 0)) for b in self.buckets]
         self._module_hooks = []
         owned = {}
         for module in model.modules():
@@ -334,9 +335,7 @@ class DearEngine(ModeEngine):
 
     def _start(self, bucket, flat):
         tensor, ctx = self._compressed(flat)
-        shard = self._shards[bucket.index]
-        if tensor.dtype != shard.dtype:  # a compressor that changes the dtype
-            shard = torch.empty(shard.numel(), dtype=tensor.dtype)
+        shard = tensor.narrow(0, *self._shard_rows[bucket.index])  # in place, no copy
         op, prescale, postscale = self._opt._scale_factors()
         handle = reducescatter_async(tensor, name="dear.rs.b%d" % bucket.index, op=op,
                                      prescale_factor=prescale, postscale_factor=postscale, out=shard)
@@ -344,8 +343,8 @@ class DearEngine(ModeEngine):
 
     def _gather_all(self):
         """Waits for the reduce-scatters and starts every all-gather, in layer order. The
-        all-gather writes into the reduce-scatter's input (the bucket's flat buffer, or the
-        compressed copy of it), which nothing reads any more."""
+        all-gather sends the shard's rows of the reduce-scatter's input (the bucket's flat buffer,
+        or the compressed copy of it) and fills in the other ranks' rows around them."""
         for index in sorted(self._rs):
             handle, ctx, tensor = self._rs.pop(index)
             shard = synchronize(handle)
