@@ -38,11 +38,11 @@ inline constexpr const char kOmpiWorldSize[] = "OMPI_COMM_WORLD_SIZE";
 inline constexpr const char kOmpNumThreads[] = "OMP_NUM_THREADS";    // 1 when ranks share a host
 inline constexpr const char kPythonUnbuffered[] = "PYTHONUNBUFFERED";  // 1, so lines show promptly
 // glibc malloc: keep freed tensor memory instead of returning it to the kernel every step
-// (dadtrun/worker_env.h says why). Left alone when the user tunes malloc in any way.
+// (dadtrun/worker_env.h says why). Left alone when the user sets either threshold or a
+// glibc.malloc.* tunable.
 inline constexpr const char kMallocMmapThreshold[] = "MALLOC_MMAP_THRESHOLD_";
 inline constexpr const char kMallocTrimThreshold[] = "MALLOC_TRIM_THRESHOLD_";
 inline constexpr const char kGlibcTunables[] = "GLIBC_TUNABLES";
-inline constexpr const char kLdPreload[] = "LD_PRELOAD";
 inline constexpr int64_t kWorkerMmapThresholdBytes = int64_t{32} << 20;  // glibc's largest
 inline constexpr int64_t kWorkerTrimThresholdBytes = int64_t{1} << 30;
 

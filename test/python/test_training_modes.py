@@ -237,6 +237,37 @@ def test_dear_refuses_two_backward_passes_per_step(world):
     opt.synchronize()
 
 
+class _ReadsOutside(torch.nn.Module):
+    """Uses fc's parameters in its own forward, not through fc: dear cannot update them in time."""
+
+    def __init__(self):
+        super().__init__()
+        self.l0, self.fc, self.l1 = torch.nn.Linear(12, 8), torch.nn.Linear(8, 5), torch.nn.Linear(5, 5)
+
+    def forward(self, x):
+        return self.l1(F.linear(self.l0(x), self.fc.weight, self.fc.bias))
+
+
+def test_dear_refuses_a_parameter_read_outside_its_module(world):
+    # fc's forward never runs, so nothing applies its update before the forward reads it. Whether
+    # its all-gather is still running when l0 runs (the update stays deferred) or already done
+    # (l0's hook applies it with l0's own, ahead of fc), the gradient that reaches it names fc.
+    import time
+    model = _ReadsOutside()
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                    named_parameters=model.named_parameters(), mode="dear",
+                                    model=model, bucket_bytes=0)
+    _train(model, opt, world.rank, 1)
+    time.sleep(0.3)  # lets the all-gathers finish: l0's hook then applies fc's buckets too
+    x, y = _batch(world.rank, 1)
+    opt.zero_grad()
+    with pytest.raises(RuntimeError, match=r"parameter 'fc\.(weight|bias)' got a gradient while its "
+                                           r"update from the previous step was still deferred"):
+        F.cross_entropy(model(x), y).backward()
+    opt.step()  # every rank stopped at the same gradient: finish the buckets alike
+    opt.synchronize()
+
+
 @pytest.mark.parametrize("mode", ["async", "dear"])
 def test_fp16_compression_of_buckets(world, mode):
     """Compression applies to each flat bucket: the result stays close to the uncompressed one."""

@@ -286,9 +286,9 @@ class DearEngine(ModeEngine):
     No collective allocates or copies: a bucket's reduce-scatter writes this rank's averaged
     shard in place, into the shard's own rows of the bucket's flat buffer, and its all-gather
     sends those rows and fills in the others (the buffer's views are the gradients the update
-    uses). step() waits for the reduce-scatters
-    (issued in backward, so mostly done) and issues every all-gather at once in layer order, so
-    they are negotiated together and run, first layer first, while the next forward runs."""
+    uses). step() waits for the reduce-scatters (issued in backward, so mostly done) and issues
+    every all-gather at once in layer order, so they are negotiated together and run, first
+    layer first, while the next forward runs."""
 
     name = "dear"
 
@@ -297,6 +297,10 @@ class DearEngine(ModeEngine):
         self._rs = {}        # bucket index -> (handle, ctx, tensor) of the reduce-scatter
         self._ag = {}        # bucket index -> (handle, ctx) of the all-gather
         self._deferred = []  # bucket indices whose update step() scheduled, in layer order
+        # Buckets applied ahead of their modules (with another module's bucket, their all-gather
+        # being done) whose own modules have not run since: a gradient for one of them means a
+        # parameter was read outside its module, as if it were still deferred.
+        self._early = set()
         # This rank's rows of each flat bucket, (start, count): the reduce-scatter splits the
         # first dimension, lower ranks taking the remainder.
         n, r = size(), rank()
@@ -315,11 +319,12 @@ class DearEngine(ModeEngine):
     def _pre_hook(self, indices):
         def hook(*_):
             for index in indices:
+                self._early.discard(index)
                 self._complete(index)
         return hook
 
     def _before_fill(self, bucket, p):
-        if bucket.index in self._deferred:
+        if bucket.index in self._deferred or bucket.index in self._early:
             raise RuntimeError(
                 "mode='dear': parameter '%s' got a gradient while its update from the previous "
                 "step was still deferred, so the forward pass used stale weights. dear applies "
@@ -364,11 +369,14 @@ class DearEngine(ModeEngine):
             handle, ctx = self._ag.pop(i)
             flat = self._decompressed(synchronize(handle), ctx)
             self._deferred.remove(i)
+            if i != index:
+                self._early.add(i)
             grads[i] = [self.buckets[i].view(flat, k) for k in range(len(self.buckets[i].params))]
         self._apply(grads)
 
     def step(self):
         self._submit_remaining()
+        self._early.clear()
         self._deferred = sorted(self._rs)
         self._gather_all()
         self._step += 1
@@ -377,6 +385,7 @@ class DearEngine(ModeEngine):
         """Completes every deferred update, in layer order."""
         for index in list(self._deferred):
             self._complete(index)
+        self._early.clear()  # the next forward reads updated weights wherever it reads them
 
     def remove_hooks(self):
         super().remove_hooks()
