@@ -6,8 +6,9 @@
 // Order: the loop thread hands the n-th response that a lane can run (Runs) to lane n mod L.
 // Every rank executes the same response stream, so each lane runs the same collectives in the
 // same order on every rank, each on its own backend fork (Backend::Fork), whose tags never meet
-// another lane's. Any other response (join, barrier, mismatch error, eager or GPU) is a fence:
-// the loop thread drains the lanes, then runs it itself, as before.
+// another lane's. Any other response (join, barrier, mismatch error or GPU) is a fence: the loop
+// thread drains the lanes, then runs it itself. An eager allreduce (its result came with the
+// response) is not a fence: the loop thread completes it at once, while the lanes run.
 //
 // Failure: a lane's first failure is kept for the loop thread (TakeFailure) and wakes it (the
 // `wake` callback); the backend is poisoned by then (its forks share the failure), so what is

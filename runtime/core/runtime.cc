@@ -528,7 +528,12 @@ bool Runtime::HandleResponses(const ResponseList& list) {
       if (autotune_) autotune_->OnExecuted(resp);
       continue;
     }
-    Status s = DrainLanes();  // anything else runs after what the lanes hold
+    // Anything else runs after what the lanes hold, except an eager allreduce of CPU tensors:
+    // the response carries its result, and copying it out touches no connection, so waiting for
+    // the lanes would only stall the negotiation of what comes next (in sync mode, every small
+    // bias gradient drained both lanes).
+    const bool fence = !(resp.eager && resp.device < 0);
+    Status s = fence ? DrainLanes() : Status::OK();
     if (s.ok()) s = executor_->Execute(resp, entries_);
     if (autotune_ && s.ok()) autotune_->OnExecuted(resp);
     if (!s.ok()) {

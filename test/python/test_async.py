@@ -90,3 +90,24 @@ def test_ranks_enqueue_in_different_orders(world, nm):
     outs = {i: dadt.synchronize(handles[i]) for i in range(k)}
     for i in range(k):
         assert_equal(outs[i], torch.full((i + 1,), float(i * world.size)), f"tensor {i}")
+
+
+def test_small_allreduce_is_not_held_behind_a_large_one(world, nm):
+    # With Gloo, large collectives run on the lanes (DADT_GLOO_THREADS). A small allreduce is
+    # reduced during its negotiation (eager) and completes at once, while the large one is still
+    # moving data, instead of waiting for the lanes to drain.
+    import os
+    import pytest
+    if world.size < 2 or os.environ.get("DADT_CONTROLLER") != "gloo" or \
+            os.environ.get("DADT_GLOO_THREADS", "2") == "1":
+        pytest.skip("needs two or more ranks and the Gloo controller with lanes")
+    big = torch.ones(32 << 20)  # 128 MB: far longer on the wire than one negotiation round
+    small = torch.full((4,), float(world.rank + 1))
+    h_big = dadt.allreduce_async(big, name=nm("big"), op=dadt.Sum)
+    h_small = dadt.allreduce_async(small, name=nm("small"), op=dadt.Sum)
+    out = dadt.synchronize(h_small)
+    big_done_first = dadt.poll(h_big)
+    big_out = dadt.synchronize(h_big)
+    assert_equal(out, torch.full((4,), float(world.size * (world.size + 1) // 2)), "small allreduce")
+    assert big_out[0].item() == big_out[-1].item() == world.size
+    assert not big_done_first, "the small allreduce waited for the large one"
