@@ -77,7 +77,9 @@ print("faults_per_step", (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - b
         proc, _ = job.run(script, np=2, flags=flags, timeout=120)
         assert proc.returncode == 0, proc.stderr
         faults[setting] = [int(rank_lines(proc.stdout, rank=r)[0].split()[1]) for r in range(2)]
-    assert all(f < 100 for f in faults["dadtrun"]), faults  # 10,240 pages move per step
+    # 10,240 pages move per step when freed memory goes back to the kernel. A rank's own
+    # bookkeeping (the interpreter, torch's allocator caches) faults in a few hundred at most.
+    assert all(f < 1000 for f in faults["dadtrun"]), faults
     assert all(f > 5000 for f in faults["glibc"]), faults
 
 
