@@ -4,6 +4,7 @@ Every rank runs every test; the data differ by rank, so a rank that skipped the 
 diverge from the others and from the expected values.
 """
 import copy
+import re
 
 import pytest
 import torch
@@ -233,6 +234,9 @@ def test_dear_refuses_two_backward_passes_per_step(world):
     F.cross_entropy(model(x), y).backward()
     with pytest.raises(RuntimeError, match="computed twice before step"):
         F.cross_entropy(model(x), y).backward()
+    # The refused backward had already added to a gradient that the first one produced.
+    with pytest.raises(RuntimeError, match="changed in place after backward produced it"):
+        opt.step()
     opt.step()  # the buckets that completed are in flight on every rank: finish them
     opt.synchronize()
 
@@ -283,3 +287,90 @@ def test_fp16_compression_of_buckets(world, mode):
     reference = runs[dadt.Compression.none]
     assert torch.allclose(runs[dadt.Compression.fp16], reference, rtol=1e-2, atol=1e-3)
     assert not torch.equal(reference, _flat(_mlp()))
+
+
+def test_dear_reduces_a_large_gradient_where_autograd_left_it(world, nm):
+    """A parameter of bucket_bytes or more is a bucket of its own, reduced in its gradient tensor
+    itself: no flat buffer is made for it, and after the update that tensor holds the average."""
+    model = _mlp()
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                    named_parameters=model.named_parameters(), mode="dear",
+                                    model=model, bucket_bytes=1024)
+    weight = model[2].weight  # 32 x 24 floats, 3 KiB
+    x, y = _batch(world.rank, 0)
+    plain = _mlp()  # the same weights, no optimizer: this rank's own gradient
+    F.cross_entropy(plain(x), y).backward()
+    expected = dadt.allreduce(plain[2].weight.grad, name=nm("expected"), op=dadt.Average)
+    F.cross_entropy(model(x), y).backward()
+    grad = weight.grad  # its reduce-scatter has started: reading it now would race
+    opt.step()
+    opt.synchronize()
+    bucket, _ = opt._engine._where[weight]
+    assert bucket.params == [weight] and bucket._buffers == [None]
+    assert weight.grad is grad
+    assert torch.allclose(grad, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_dear_zero_grad_keeping_the_tensors_equals_sync(world):
+    """zero_grad(set_to_none=False) while dear still reduces the gradients in place: the
+    optimizer hands those parameters fresh zeros, and the weights still equal sync's."""
+    runs = {}
+    for mode in ("sync", "dear"):
+        model = _mlp()
+        opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                        named_parameters=model.named_parameters(), mode=mode,
+                                        model=model, bucket_bytes=1024)
+        for t in range(5):
+            x, y = _batch(world.rank, t)
+            opt.zero_grad(set_to_none=False)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        opt.synchronize()
+        runs[mode] = _flat(model)
+    assert torch.allclose(runs["dear"], runs["sync"], rtol=1e-5, atol=1e-6)
+
+
+def test_dear_refuses_a_gradient_zeroed_under_the_reduction(world):
+    """model.zero_grad(set_to_none=False) bypasses the optimizer and writes zeros into gradients
+    dear is still all-gathering: the forward that would apply them says so."""
+    model = _mlp()
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                    named_parameters=model.named_parameters(), mode="dear",
+                                    model=model, bucket_bytes=1024)
+    _train(model, opt, world.rank, 1)
+    model.zero_grad(set_to_none=False)
+    refused = []
+    for _ in range(4):  # each refusal ends one bucket; the others stay deferred
+        try:
+            opt.synchronize()
+            break
+        except RuntimeError as e:
+            found = re.search(r"the gradient of '(.+?)' was changed in place while dear was still "
+                              r"reducing it", str(e))
+            assert found, e
+            refused.append(found.group(1))
+    # Linear(16, 5)'s weight (320 bytes) shares a bucket with the biases, and was copied
+    assert refused == ["0.weight", "2.weight", "4.weight"]
+
+
+@pytest.mark.parametrize("mode", ["async", "dear"])
+def test_modes_refuse_a_gradient_changed_after_backward(world, mode):
+    """Clipping between backward and step cannot reach the update in these modes (each gradient
+    is taken as autograd produces it): step() refuses it rather than ignore it."""
+    model = _mlp()
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                    named_parameters=model.named_parameters(), mode=mode,
+                                    model=model, bucket_bytes=1024)
+    x, y = _batch(world.rank, 0)
+    F.cross_entropy(model(x), y).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+    with pytest.raises(RuntimeError, match=r"mode='%s': the gradient of '.+' was changed in place "
+                                           r"after backward produced it" % mode):
+        opt.step()
+    opt.step()  # the buckets started in backward are in flight on every rank: finish them
+    for _ in range(len(opt._engine.buckets)):  # dear also refuses each clipped gradient it lent
+        try:
+            opt.synchronize()
+            break
+        except RuntimeError as e:
+            assert "changed in place while dear was still reducing it" in str(e), e

@@ -353,11 +353,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, set_to_none: bool = True):
-        # async and dear copy each gradient into their own buffers the moment it is ready.
+        # async and dear take each gradient (a copy, or dear's large ones themselves) the moment
+        # it is ready.
         if self._handles and self._engine is None:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize(). This is "
                                  "prohibited as it can cause a race condition.")
+        if self._engine is not None and not set_to_none:
+            self._engine.release_grads()  # dear: zeroing must not write into a reduction
         return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
 
 

@@ -52,23 +52,33 @@ def default_bucket_bytes() -> int:
     return bytes_
 
 
-def plan_buckets(params: List[torch.Tensor], bucket_bytes: int) -> List[List[torch.Tensor]]:
-    """Splits params (in layer order) into consecutive runs of one dtype; a run is closed as soon
-    as it holds bucket_bytes bytes or more (as DDP's buckets), so a large parameter does not leave
-    the small ones around it (biases) in buckets of their own."""
-    buckets, current, current_bytes = [], [], 0
+def plan_buckets(params: List[torch.Tensor], bucket_bytes: int,
+                 large_alone: bool = False) -> List[List[torch.Tensor]]:
+    """Splits params (in layer order) into runs of one dtype; a run is closed as soon as it holds
+    bucket_bytes bytes or more (as DDP's buckets), so a large parameter does not leave the small
+    ones around it (biases) in buckets of their own.
+
+    large_alone: every parameter of bucket_bytes or more gets a bucket of its own (so its gradient
+    can be reduced where autograd left it), and the smaller ones between them form the runs. The
+    buckets are then in the layer order of their first parameters."""
+    position = {id(p): i for i, p in enumerate(params)}
+    alone, runs, current, current_bytes = [], [], [], 0
     for p in params:
+        nbytes = p.numel() * p.element_size()
+        if large_alone and nbytes >= bucket_bytes:
+            alone.append([p])
+            continue
         if current and p.dtype != current[0].dtype:
-            buckets.append(current)
+            runs.append(current)
             current, current_bytes = [], 0
         current.append(p)
-        current_bytes += p.numel() * p.element_size()
+        current_bytes += nbytes
         if current_bytes >= bucket_bytes:
-            buckets.append(current)
+            runs.append(current)
             current, current_bytes = [], 0
     if current:
-        buckets.append(current)
-    return buckets
+        runs.append(current)
+    return sorted(alone + runs, key=lambda bucket: position[id(bucket[0])])
 
 
 class _Bucket:
@@ -83,9 +93,18 @@ class _Bucket:
             self.slots.append((offset, p.numel()))
             offset += p.numel()
         self.numel = offset
-        self.buffers = [torch.zeros(offset, dtype=params[0].dtype) for _ in range(copies)]
+        self.dtype = params[0].dtype
+        self._buffers = [None] * copies  # made on first use (an adopted gradient needs none)
         self.arrived = set()      # ids of the params whose gradient is in the buffer this step
         self.submitted = False
+        # dear: the gradient of the bucket's only parameter, flattened, when the bucket reduces it
+        # where autograd left it instead of a copy of it (DearEngine._adopt).
+        self.adopted = None
+
+    def buffer(self, k: int) -> torch.Tensor:
+        if self._buffers[k] is None:
+            self._buffers[k] = torch.zeros(self.numel, dtype=self.dtype)
+        return self._buffers[k]
 
     def view(self, flat: torch.Tensor, i: int) -> torch.Tensor:
         start, n = self.slots[i]
@@ -99,17 +118,22 @@ class ModeEngine:
     name = ""
     copies = 1  # flat buffers per bucket
 
+    large_alone = False  # plan_buckets(large_alone=)
+
     def __init__(self, opt, params: List[torch.Tensor], bucket_bytes: int, base_step):
         self._opt = opt
         self._base_step = base_step  # the wrapped optimizer's own step(), unbound from dadt's
         self._step = 0               # completed step() calls
-        self.buckets = [_Bucket(i, ps, self.copies)
-                        for i, ps in enumerate(plan_buckets(params, bucket_bytes))]
+        self.buckets = [_Bucket(i, ps, self.copies) for i, ps in
+                        enumerate(plan_buckets(params, bucket_bytes, self.large_alone))]
         self._where = {}             # param -> (bucket, slot)
         for b in self.buckets:
             for i, p in enumerate(b.params):
                 self._where[p] = (b, i)
         self._hook_handles = [self._register_grad_hook(p) for p in params]
+        # (param, gradient, its version counter) for each gradient taken this step: step()
+        # refuses one changed in place since (it would not reach the update).
+        self._taken = []
         # Per bucket, the wrapped optimizer's param_groups restricted to the bucket's parameters.
         self._groups_of = [self._restricted_groups(b) for b in self.buckets]
 
@@ -133,36 +157,57 @@ class ModeEngine:
                 "exactly one backward pass per step (accumulate into one loss, or use mode='sync' "
                 "with backward_passes_per_step)" % (self.name, self._opt._parameter_names[p]))
         self._before_fill(bucket, p)
-        bucket.view(self._fill_buffer(bucket), i).copy_(p.grad)
+        if not self._adopt(bucket, p):
+            bucket.view(self._fill_buffer(bucket), i).copy_(p.grad)
         bucket.arrived.add(id(p))
+        self._taken.append((p, p.grad, p.grad._version))
         if len(bucket.arrived) == len(bucket.params):
             self._submit(bucket)
 
     def _before_fill(self, bucket, p):
         """Called before a gradient is copied into the bucket (dear checks for stale weights)."""
 
+    def _adopt(self, bucket, p) -> bool:
+        """Whether the bucket takes p.grad itself instead of a copy (dear, see DearEngine)."""
+        return False
+
+    def release_grads(self):
+        """Before zero_grad(set_to_none=False): see DearEngine."""
+
     def _fill_buffer(self, bucket) -> torch.Tensor:
-        return bucket.buffers[self._step % len(bucket.buffers)]
+        return bucket.buffer(self._step % len(bucket._buffers))
 
     def _submit(self, bucket):
         """Copies zeros for the parameters that got no gradient (as sync mode does) and starts the
         bucket's collective."""
-        flat = self._fill_buffer(bucket)
-        for i, p in enumerate(bucket.params):
-            if id(p) not in bucket.arrived:
-                bucket.view(flat, i).zero_()
+        flat = None if bucket.adopted is None else bucket.adopted.view(-1)
+        if flat is None:
+            flat = self._fill_buffer(bucket)
+            for i, p in enumerate(bucket.params):
+                if id(p) not in bucket.arrived:
+                    bucket.view(flat, i).zero_()
         bucket.submitted = True
         self._start(bucket, flat)
 
     def _submit_remaining(self):
         """step(): buckets not complete in backward go now, in layer order (the next forward
         needs the first layers first)."""
+        taken, self._taken = self._taken, []
+        for p, grad, version in taken:
+            if grad._version != version:
+                raise RuntimeError(
+                    "mode=%r: the gradient of '%s' was changed in place after backward produced "
+                    "it (gradient clipping or scaling between loss.backward() and step(), say). "
+                    "This mode reduces each gradient the moment autograd produces it, so such a "
+                    "change cannot reach the update; use mode='sync' with optimizer.synchronize() "
+                    "before changing gradients" % (self.name, self._opt._parameter_names[p]))
         for bucket in self.buckets:
             if not bucket.submitted:
                 self._submit(bucket)
         for bucket in self.buckets:
             bucket.arrived.clear()
             bucket.submitted = False
+            bucket.adopted = None
 
     def _compressed(self, flat):
         return self._opt._compression.compress(flat)
@@ -276,7 +321,7 @@ class AsyncEngine(ModeEngine):
                              "parameters and bucket_bytes" % (state.get("numels"), numels))
         self._step = int(state["step"])
         if state["buckets"]:
-            self._pending = {int(k): v.clone().to(self.buckets[int(k)].buffers[0].dtype)
+            self._pending = {int(k): v.clone().to(self.buckets[int(k)].dtype)
                              for k, v in state["buckets"].items()}
 
 
@@ -286,16 +331,23 @@ class DearEngine(ModeEngine):
     No collective allocates or copies: a bucket's reduce-scatter writes this rank's averaged
     shard in place, into the shard's own rows of the bucket's flat buffer, and its all-gather
     sends those rows and fills in the others (the buffer's views are the gradients the update
-    uses). step() waits for the reduce-scatters (issued in backward, so mostly done) and issues
-    every all-gather at once in layer order, so they are negotiated together and run, first
-    layer first, while the next forward runs."""
+    uses). A parameter of bucket_bytes or more is a bucket of its own, and its flat buffer is its
+    gradient itself (adopted: autograd's tensor, reduced where it lies, no copy); from backward
+    until the update is applied, that tensor belongs to the collectives. step() waits for the
+    reduce-scatters (issued in backward, so mostly done) and issues every all-gather at once in
+    layer order, so they are negotiated together and run, first layer first, while the next
+    forward runs."""
 
     name = "dear"
+    large_alone = True
 
     def __init__(self, opt, params, bucket_bytes, base_step, model):
         super().__init__(opt, params, bucket_bytes, base_step)
         self._rs = {}        # bucket index -> (handle, ctx, tensor) of the reduce-scatter
         self._ag = {}        # bucket index -> (handle, ctx) of the all-gather
+        # Bucket index -> (param, gradient, version) of an adopted gradient whose collectives
+        # are in flight: it must not change until the update has read it.
+        self._lent = {}
         self._deferred = []  # bucket indices whose update step() scheduled, in layer order
         # Buckets applied ahead of their modules (with another module's bucket, their all-gather
         # being done) whose own modules have not run since: a gradient for one of them means a
@@ -332,6 +384,14 @@ class DearEngine(ModeEngine):
                 "use every parameter inside the forward of a module that owns it, or call "
                 "optimizer.synchronize() before the forward pass" % self._opt._parameter_names[p])
 
+    def _adopt(self, bucket, p):
+        grad = p.grad
+        if (len(bucket.params) != 1 or grad.dtype != bucket.dtype or grad.device.type != "cpu"
+                or not grad.is_contiguous()):
+            return False
+        bucket.adopted = grad
+        return True
+
     def _submit(self, bucket):
         # A bucket whose module did not run since the last step (no gradient now) still has its
         # previous update deferred: apply it before the buffer is reused.
@@ -340,6 +400,9 @@ class DearEngine(ModeEngine):
 
     def _start(self, bucket, flat):
         tensor, ctx = self._compressed(flat)
+        if bucket.adopted is not None and tensor is flat:  # (compression reads it here, once)
+            grad = bucket.adopted
+            self._lent[bucket.index] = (bucket.params[0], grad, grad._version)
         shard = tensor.narrow(0, *self._shard_rows[bucket.index])  # in place, no copy
         op, prescale, postscale = self._opt._scale_factors()
         handle = reducescatter_async(tensor, name="dear.rs.b%d" % bucket.index, op=op,
@@ -354,6 +417,26 @@ class DearEngine(ModeEngine):
             handle, ctx, tensor = self._rs.pop(index)
             shard = synchronize(handle)
             self._ag[index] = (allgather_async(shard, name="dear.ag.b%d" % index, out=tensor), ctx)
+
+    def _return_lent(self, index):
+        """The collectives of bucket `index` are done with its adopted gradient, if any: checks
+        that nothing else wrote into it meanwhile."""
+        lent = self._lent.pop(index, None)
+        if lent is not None and lent[1]._version != lent[2]:
+            raise RuntimeError(
+                "mode='dear': the gradient of '%s' was changed in place while dear was still "
+                "reducing it (between loss.backward() and the forward pass that applies its "
+                "update), so the update would read a corrupted average. A parameter's gradient "
+                "belongs to dear until then: zero gradients with optimizer.zero_grad() (any "
+                "set_to_none) or model.zero_grad() with set_to_none=True, and do not change them "
+                "after backward" % self._opt._parameter_names[lent[0]])
+
+    def release_grads(self):
+        """zero_grad(set_to_none=False): gives each parameter whose gradient the collectives
+        still hold a fresh gradient to zero, so zeroing does not write into the reduction."""
+        for p, grad, _ in self._lent.values():
+            if p.grad is grad:
+                p.grad = torch.zeros_like(grad)
 
     def _complete(self, index):
         """Applies bucket `index`'s deferred update once its all-gather is done, and with it, in
@@ -371,6 +454,7 @@ class DearEngine(ModeEngine):
             self._deferred.remove(i)
             if i != index:
                 self._early.add(i)
+            self._return_lent(i)
             grads[i] = [self.buckets[i].view(flat, k) for k in range(len(self.buckets[i].params))]
         self._apply(grads)
 
