@@ -94,11 +94,12 @@ class _Bucket:
             offset += p.numel()
         self.numel = offset
         self.dtype = params[0].dtype
+        self.copies = copies
         self._buffers = [None] * copies  # made on first use (an adopted gradient needs none)
         self.arrived = set()      # ids of the params whose gradient is in the buffer this step
         self.submitted = False
-        # dear: the gradient of the bucket's only parameter, flattened, when the bucket reduces it
-        # where autograd left it instead of a copy of it (DearEngine._adopt).
+        # dear: the gradient of the bucket's only parameter when the bucket reduces it where
+        # autograd left it, instead of a copy of it (DearEngine._adopt); None otherwise.
         self.adopted = None
 
     def buffer(self, k: int) -> torch.Tensor:
@@ -116,8 +117,7 @@ class ModeEngine:
     the per-bucket application of the wrapped optimizer."""
 
     name = ""
-    copies = 1  # flat buffers per bucket
-
+    copies = 1           # flat buffers per bucket
     large_alone = False  # plan_buckets(large_alone=)
 
     def __init__(self, opt, params: List[torch.Tensor], bucket_bytes: int, base_step):
@@ -175,7 +175,7 @@ class ModeEngine:
         """Before zero_grad(set_to_none=False): see DearEngine."""
 
     def _fill_buffer(self, bucket) -> torch.Tensor:
-        return bucket.buffer(self._step % len(bucket._buffers))
+        return bucket.buffer(self._step % bucket.copies)
 
     def _submit(self, bucket):
         """Copies zeros for the parameters that got no gradient (as sync mode does) and starts the
