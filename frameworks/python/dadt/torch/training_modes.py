@@ -1,9 +1,12 @@
 """The "async" and "dear" training modes of DistributedOptimizer (docs/training-modes.md).
 
-Both modes copy each gradient, as soon as autograd has accumulated it, into a flat per-bucket
-buffer. Buckets are runs of parameters in layer order (the model's parameter order), each closed
-once it holds ``bucket_bytes``; a bucket is one collective, so the runtime's own fusion has
-little left to do. Ordering ("priority") is decided here, in the issue order: the runtime executes collectives in
+Both modes take each gradient as soon as autograd has accumulated it. A parameter of
+``bucket_bytes`` or more is a bucket of its own, whose collectives work on the gradient tensor
+itself (no copy; the tensor is lent to the engine until its update is applied, and a change to it
+meanwhile is refused). The smaller parameters between them form runs in layer order (the model's
+parameter order), each closed once it holds ``bucket_bytes``, and their gradients are copied into
+the run's flat buffer. A bucket is one collective, so the runtime's own fusion has little left to
+do. Ordering ("priority") is decided here, in the issue order: the runtime executes collectives in
 the order in which every rank has submitted them, so the earliest-submitted bucket goes first.
 
 async (DADT, Pipe-SGD): step t submits the allreduce of step t's gradients and applies the average
@@ -98,9 +101,12 @@ class _Bucket:
         self._buffers = [None] * copies  # made on first use (an adopted gradient needs none)
         self.arrived = set()      # ids of the params whose gradient is in the buffer this step
         self.submitted = False
-        # dear: the gradient of the bucket's only parameter when the bucket reduces it where
-        # autograd left it, instead of a copy of it (DearEngine._adopt); None otherwise.
+        # The gradient of the bucket's only parameter when the bucket reduces it where autograd
+        # left it, instead of a copy of it (ModeEngine._adopt); None otherwise. Reset at step().
         self.adopted = None
+        # Per buffer slot, (param, gradient, version counter) of an adopted gradient that the
+        # engine still needs (collective in flight or update not applied), else None.
+        self.lent = [None] * copies
 
     def buffer(self, k: int) -> torch.Tensor:
         if self._buffers[k] is None:
@@ -117,15 +123,14 @@ class ModeEngine:
     the per-bucket application of the wrapped optimizer."""
 
     name = ""
-    copies = 1           # flat buffers per bucket
-    large_alone = False  # plan_buckets(large_alone=)
+    copies = 1  # flat buffers per bucket
 
     def __init__(self, opt, params: List[torch.Tensor], bucket_bytes: int, base_step):
         self._opt = opt
         self._base_step = base_step  # the wrapped optimizer's own step(), unbound from dadt's
         self._step = 0               # completed step() calls
         self.buckets = [_Bucket(i, ps, self.copies) for i, ps in
-                        enumerate(plan_buckets(params, bucket_bytes, self.large_alone))]
+                        enumerate(plan_buckets(params, bucket_bytes, large_alone=True))]
         self._where = {}             # param -> (bucket, slot)
         for b in self.buckets:
             for i, p in enumerate(b.params):
@@ -168,11 +173,46 @@ class ModeEngine:
         """Called before a gradient is copied into the bucket (dear checks for stale weights)."""
 
     def _adopt(self, bucket, p) -> bool:
-        """Whether the bucket takes p.grad itself instead of a copy (dear, see DearEngine)."""
-        return False
+        """Takes p.grad itself as the bucket's flat buffer when it is the bucket's only parameter
+        (a parameter of bucket_bytes or more): the collectives then work where autograd left the
+        gradient, with no copy and no buffer. Its buffer stays for the steps in which it gets no
+        gradient, a gradient of another dtype, on a GPU, or not contiguous."""
+        grad = p.grad
+        if (len(bucket.params) != 1 or grad.dtype != bucket.dtype or grad.device.type != "cpu"
+                or not grad.is_contiguous()):
+            return False
+        bucket.adopted = grad
+        return True
+
+    def _compress_and_lend(self, bucket, flat):
+        """Compresses the bucket's flat tensor for its collective. When the collective works on an
+        adopted gradient itself (no compression copy), lends it: it must not change until
+        _return_lent, which checks that it did not."""
+        tensor, ctx = self._compressed(flat)
+        if bucket.adopted is not None and tensor is flat:
+            grad = bucket.adopted
+            bucket.lent[self._step % bucket.copies] = (bucket.params[0], grad, grad._version)
+        return tensor, ctx
+
+    def _return_lent(self, bucket, slot):
+        """The engine is done with what bucket.lent[slot] lent (if anything): checks that nothing
+        else wrote into it meanwhile."""
+        lent, bucket.lent[slot] = bucket.lent[slot], None
+        if lent is not None and lent[1]._version != lent[2]:
+            raise RuntimeError(
+                "mode=%r: the gradient of '%s' was changed in place while this mode was still "
+                "reducing it (from loss.backward() until its update is applied), so the update "
+                "would read a corrupted average. Zero gradients with optimizer.zero_grad() (any "
+                "set_to_none) or with set_to_none=True elsewhere, and do not change them after "
+                "backward" % (self.name, self._opt._parameter_names[lent[0]]))
 
     def release_grads(self):
-        """Before zero_grad(set_to_none=False): see DearEngine."""
+        """Before zero_grad(set_to_none=False): gives each parameter whose gradient the engine
+        still holds a fresh gradient to zero, so zeroing does not write into a reduction."""
+        for bucket in self.buckets:
+            for lent in bucket.lent:
+                if lent is not None and lent[0].grad is lent[1]:
+                    lent[0].grad = torch.zeros_like(lent[1])
 
     def _fill_buffer(self, bucket) -> torch.Tensor:
         return bucket.buffer(self._step % bucket.copies)
@@ -260,7 +300,7 @@ class AsyncEngine(ModeEngine):
         self._pending = None  # bucket index -> averaged flat gradient, waiting to be applied
 
     def _start(self, bucket, flat):
-        tensor, ctx = self._compressed(flat)
+        tensor, ctx = self._compress_and_lend(bucket, flat)
         op, prescale, postscale = self._opt._scale_factors()
         handle = allreduce_async_(tensor, name="async.%d.b%d" % (self._step % 2, bucket.index),
                                   op=op, prescale_factor=prescale, postscale_factor=postscale)
@@ -280,6 +320,14 @@ class AsyncEngine(ModeEngine):
 
     def _apply_pending(self):
         pending, self._pending = self._pending, None
+        refused = []
+        for index in sorted(pending or ()):  # the previous step's buffers
+            try:
+                self._return_lent(self.buckets[index], (self._step - 1) % 2)
+            except RuntimeError as e:
+                refused.append(e)
+        if refused:  # every bucket is returned first: the first refusal leaves nothing lent
+            raise refused[0]
         if pending:
             self._apply({index: [self.buckets[index].view(flat, i)
                                  for i in range(len(self.buckets[index].params))]
@@ -312,6 +360,8 @@ class AsyncEngine(ModeEngine):
     def load_pending_state(self, state):
         self._wait_previous()
         self._pending = None
+        for bucket in self.buckets:  # the dropped average's gradients are the user's again
+            bucket.lent = [None] * bucket.copies
         if state is None:
             return
         numels = [b.numel for b in self.buckets]
@@ -331,23 +381,17 @@ class DearEngine(ModeEngine):
     No collective allocates or copies: a bucket's reduce-scatter writes this rank's averaged
     shard in place, into the shard's own rows of the bucket's flat buffer, and its all-gather
     sends those rows and fills in the others (the buffer's views are the gradients the update
-    uses). A parameter of bucket_bytes or more is a bucket of its own, and its flat buffer is its
-    gradient itself (adopted: autograd's tensor, reduced where it lies, no copy); from backward
-    until the update is applied, that tensor belongs to the collectives. step() waits for the
+    uses; a large parameter's buffer is its own gradient). step() waits for the
     reduce-scatters (issued in backward, so mostly done) and issues every all-gather at once in
     layer order, so they are negotiated together and run, first layer first, while the next
     forward runs."""
 
     name = "dear"
-    large_alone = True
 
     def __init__(self, opt, params, bucket_bytes, base_step, model):
         super().__init__(opt, params, bucket_bytes, base_step)
         self._rs = {}        # bucket index -> (handle, ctx, tensor) of the reduce-scatter
         self._ag = {}        # bucket index -> (handle, ctx) of the all-gather
-        # Bucket index -> (param, gradient, version) of an adopted gradient whose collectives
-        # are in flight: it must not change until the update has read it.
-        self._lent = {}
         self._deferred = []  # bucket indices whose update step() scheduled, in layer order
         # Buckets applied ahead of their modules (with another module's bucket, their all-gather
         # being done) whose own modules have not run since: a gradient for one of them means a
@@ -384,14 +428,6 @@ class DearEngine(ModeEngine):
                 "use every parameter inside the forward of a module that owns it, or call "
                 "optimizer.synchronize() before the forward pass" % self._opt._parameter_names[p])
 
-    def _adopt(self, bucket, p):
-        grad = p.grad
-        if (len(bucket.params) != 1 or grad.dtype != bucket.dtype or grad.device.type != "cpu"
-                or not grad.is_contiguous()):
-            return False
-        bucket.adopted = grad
-        return True
-
     def _submit(self, bucket):
         # A bucket whose module did not run since the last step (no gradient now) still has its
         # previous update deferred: apply it before the buffer is reused.
@@ -399,10 +435,7 @@ class DearEngine(ModeEngine):
         super()._submit(bucket)
 
     def _start(self, bucket, flat):
-        tensor, ctx = self._compressed(flat)
-        if bucket.adopted is not None and tensor is flat:  # (compression reads it here, once)
-            grad = bucket.adopted
-            self._lent[bucket.index] = (bucket.params[0], grad, grad._version)
+        tensor, ctx = self._compress_and_lend(bucket, flat)
         shard = tensor.narrow(0, *self._shard_rows[bucket.index])  # in place, no copy
         op, prescale, postscale = self._opt._scale_factors()
         handle = reducescatter_async(tensor, name="dear.rs.b%d" % bucket.index, op=op,
@@ -417,26 +450,6 @@ class DearEngine(ModeEngine):
             handle, ctx, tensor = self._rs.pop(index)
             shard = synchronize(handle)
             self._ag[index] = (allgather_async(shard, name="dear.ag.b%d" % index, out=tensor), ctx)
-
-    def _return_lent(self, index):
-        """The collectives of bucket `index` are done with its adopted gradient, if any: checks
-        that nothing else wrote into it meanwhile."""
-        lent = self._lent.pop(index, None)
-        if lent is not None and lent[1]._version != lent[2]:
-            raise RuntimeError(
-                "mode='dear': the gradient of '%s' was changed in place while dear was still "
-                "reducing it (between loss.backward() and the forward pass that applies its "
-                "update), so the update would read a corrupted average. A parameter's gradient "
-                "belongs to dear until then: zero gradients with optimizer.zero_grad() (any "
-                "set_to_none) or model.zero_grad() with set_to_none=True, and do not change them "
-                "after backward" % self._opt._parameter_names[lent[0]])
-
-    def release_grads(self):
-        """zero_grad(set_to_none=False): gives each parameter whose gradient the collectives
-        still hold a fresh gradient to zero, so zeroing does not write into the reduction."""
-        for p, grad, _ in self._lent.values():
-            if p.grad is grad:
-                p.grad = torch.zeros_like(grad)
 
     def _complete(self, index):
         """Applies bucket `index`'s deferred update once its all-gather is done, and with it, in
@@ -454,7 +467,7 @@ class DearEngine(ModeEngine):
             self._deferred.remove(i)
             if i != index:
                 self._early.add(i)
-            self._return_lent(i)
+            self._return_lent(self.buckets[i], 0)
             grads[i] = [self.buckets[i].view(flat, k) for k in range(len(self.buckets[i].params))]
         self._apply(grads)
 
