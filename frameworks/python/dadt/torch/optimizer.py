@@ -353,7 +353,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, set_to_none: bool = True):
-        # async and dear take each gradient (a copy, or dear's large ones themselves) the moment
+        # async and dear take each gradient (a copy, or a large one itself) the moment
         # it is ready.
         if self._handles and self._engine is None:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
@@ -442,7 +442,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                pre-hooks apply the deferred updates); in mode="async" it sets the layer order.
         bucket_bytes: Bucket size of mode="async" and mode="dear", in bytes. Default: the fusion
                       threshold (``DADT_FUSION_THRESHOLD``, ``dadtrun --fusion-threshold-mb``), or
-                      25 MiB when none is set; 0 puts every parameter in its own bucket.
+                      25 MiB when none is set; 0 puts every parameter in its own bucket. A
+                      parameter of bucket_bytes or more is reduced in its own gradient tensor,
+                      which then belongs to dadt until its update is applied
+                      (docs/training-modes.md).
     """
     if mode not in training_modes.MODES:
         raise ValueError("mode must be one of %s, got %r" % (", ".join(map(repr, training_modes.MODES)),
