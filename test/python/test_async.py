@@ -1,7 +1,9 @@
 """Asynchronous handles: many in flight, completed and synchronized out of order; poll()."""
+import os
 import random
 import time
 
+import pytest
 import torch
 
 import dadt.torch as dadt
@@ -96,8 +98,6 @@ def test_small_allreduce_is_not_held_behind_a_large_one(world, nm):
     # With Gloo, large collectives run on the lanes (DADT_GLOO_THREADS). A small allreduce is
     # reduced during its negotiation (eager) and completes at once, while the large one is still
     # moving data, instead of waiting for the lanes to drain.
-    import os
-    import pytest
     if world.size < 2 or os.environ.get("DADT_CONTROLLER") != "gloo" or \
             os.environ.get("DADT_GLOO_THREADS", "2") == "1":
         pytest.skip("needs two or more ranks and the Gloo controller with lanes")

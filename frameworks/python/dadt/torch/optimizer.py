@@ -360,7 +360,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                  "before optimizer.step() or optimizer.synchronize(). This is "
                                  "prohibited as it can cause a race condition.")
         if self._engine is not None and not set_to_none:
-            self._engine.release_grads()  # dear: zeroing must not write into a reduction
+            self._engine.release_grads()  # zeroing must not write into a reduction
         return super(self.__class__, self).zero_grad(set_to_none=set_to_none)
 
 

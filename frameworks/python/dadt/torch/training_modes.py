@@ -117,6 +117,10 @@ class _Bucket:
         start, n = self.slots[i]
         return flat.narrow(0, start, n).view_as(self.params[i])
 
+    def views(self, flat: torch.Tensor) -> List[torch.Tensor]:
+        """Every parameter's view of `flat`, in order: the gradients an update reads."""
+        return [self.view(flat, i) for i in range(len(self.params))]
+
 
 class ModeEngine:
     """What the async and dear engines share: the buckets, the gradient hooks that fill them, and
@@ -194,17 +198,18 @@ class ModeEngine:
             bucket.lent[self._step % bucket.copies] = (bucket.params[0], grad, grad._version)
         return tensor, ctx
 
-    def _return_lent(self, bucket, slot):
-        """The engine is done with what bucket.lent[slot] lent (if anything): checks that nothing
-        else wrote into it meanwhile."""
+    def _return_lent(self, bucket, slot) -> Optional[RuntimeError]:
+        """The engine is done with what bucket.lent[slot] lent (if anything). Returns the error to
+        raise if something else wrote into it meanwhile, else None."""
         lent, bucket.lent[slot] = bucket.lent[slot], None
         if lent is not None and lent[1]._version != lent[2]:
-            raise RuntimeError(
+            return RuntimeError(
                 "mode=%r: the gradient of '%s' was changed in place while this mode was still "
                 "reducing it (from loss.backward() until its update is applied), so the update "
                 "would read a corrupted average. Zero gradients with optimizer.zero_grad() (any "
                 "set_to_none) or with set_to_none=True elsewhere, and do not change them after "
                 "backward" % (self.name, self._opt._parameter_names[lent[0]]))
+        return None
 
     def release_grads(self):
         """Before zero_grad(set_to_none=False): gives each parameter whose gradient the engine
@@ -220,8 +225,9 @@ class ModeEngine:
     def _submit(self, bucket):
         """Copies zeros for the parameters that got no gradient (as sync mode does) and starts the
         bucket's collective."""
-        flat = None if bucket.adopted is None else bucket.adopted.view(-1)
-        if flat is None:
+        if bucket.adopted is not None:
+            flat = bucket.adopted.view(-1)
+        else:
             flat = self._fill_buffer(bucket)
             for i, p in enumerate(bucket.params):
                 if id(p) not in bucket.arrived:
@@ -320,17 +326,14 @@ class AsyncEngine(ModeEngine):
 
     def _apply_pending(self):
         pending, self._pending = self._pending, None
-        refused = []
-        for index in sorted(pending or ()):  # the previous step's buffers
-            try:
-                self._return_lent(self.buckets[index], (self._step - 1) % 2)
-            except RuntimeError as e:
-                refused.append(e)
-        if refused:  # every bucket is returned first: the first refusal leaves nothing lent
-            raise refused[0]
+        # Every bucket is returned before the first refusal is raised: nothing stays lent.
+        refused = [self._return_lent(self.buckets[index], (self._step - 1) % 2)
+                   for index in sorted(pending or ())]  # the previous step's buffers
+        for error in refused:
+            if error is not None:
+                raise error
         if pending:
-            self._apply({index: [self.buckets[index].view(flat, i)
-                                 for i in range(len(self.buckets[index].params))]
+            self._apply({index: self.buckets[index].views(flat)
                          for index, flat in sorted(pending.items())})
 
     def step(self):
@@ -467,8 +470,10 @@ class DearEngine(ModeEngine):
             self._deferred.remove(i)
             if i != index:
                 self._early.add(i)
-            self._return_lent(self.buckets[i], 0)
-            grads[i] = [self.buckets[i].view(flat, k) for k in range(len(self.buckets[i].params))]
+            error = self._return_lent(self.buckets[i], 0)
+            if error is not None:
+                raise error
+            grads[i] = self.buckets[i].views(flat)
         self._apply(grads)
 
     def step(self):
