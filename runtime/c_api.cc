@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "runtime/backends/backend.h"
 #include "runtime/backends/device.h"
@@ -258,11 +259,22 @@ int dadt_cuda_cast(const DLTensor* in, const DLTensor* out, uintptr_t stream) {
   return s.ok() ? DADT_OK : Fail(s);
 }
 
-int dadt_cuda_fusion_copy_seconds(int device, int64_t span_bytes, int spans, int iters, double* seconds) {
-  auto t = dadt::backends::MeasureFusionCopy(device, span_bytes, spans, iters);
-  if (!t.ok()) return Fail(t.status());
-  *seconds = *t;
-  return DADT_OK;
+int dadt_cuda_copy_batch(const uintptr_t* src, const uintptr_t* dst, const int64_t* bytes, int count,
+                         uintptr_t stream) {
+  if (count < 0 || (count > 0 && (!src || !dst || !bytes))) {
+    return Fail(dadt::InvalidArgument("cuda_copy_batch: null span arrays"));
+  }
+  std::vector<dadt::backends::CopySpan> spans;
+  spans.reserve(count);
+  for (int i = 0; i < count; ++i) {
+    if (bytes[i] < 0 || (bytes[i] > 0 && dst[i] == 0)) {
+      return Fail(dadt::InvalidArgument("cuda_copy_batch: span " + std::to_string(i) +
+                                        " has a negative size or no destination"));
+    }
+    spans.push_back({reinterpret_cast<const void*>(src[i]), reinterpret_cast<void*>(dst[i]), bytes[i]});
+  }
+  dadt::Status s = dadt::backends::DeviceRegistry::CopyOnStream(spans, stream);
+  return s.ok() ? DADT_OK : Fail(s);
 }
 
 int dadt_start_timeline(const char* path, int mark_cycles) {

@@ -128,9 +128,11 @@ int dadt_cuda_available(void);
 /* fp16 compression of GPU tensors: casts `in` (float32 <-> float16) into `out` (same shape, same
  * GPU) with the runtime's kernel on the framework's `stream`; DADT_OK or an error code. */
 int dadt_cuda_cast(const DLTensor* in, const DLTensor* out, uintptr_t stream);
-/* Benchmark hook: median seconds to pack `spans` device buffers of `span_bytes` each into a fusion
- * buffer on CUDA device `device` with the runtime's batched copy; DADT_OK or an error code. */
-int dadt_cuda_fusion_copy_seconds(int device, int64_t span_bytes, int spans, int iters, double* seconds);
+/* Benchmark hook: copies `count` spans (src[i] -> dst[i], bytes[i] bytes; a null src zero-fills)
+ * between CUDA buffers with the runtime's fusion copy kernel on `stream`, asynchronously, as the
+ * runtime packs and unpacks its fusion buffer; DADT_OK or an error code. */
+int dadt_cuda_copy_batch(const uintptr_t* src, const uintptr_t* dst, const int64_t* bytes, int count,
+                         uintptr_t stream);
 /* 1 when the job's controller is MPI and MPI granted MPI_THREAD_MULTIPLE; 0 otherwise; -1 when
  * not initialized. */
 int dadt_mpi_threads_supported(void);

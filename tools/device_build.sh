@@ -5,13 +5,15 @@
 #   bash tools/device_build.sh fetch      # here (Debian 12 with Bazel and apt): writes .device/
 #       - the Debian packages dadt builds against (Gloo and its libraries, CLI11, nlohmann-json,
 #         yaml-cpp, DLPack, Eigen), fetched with `apt-get download` into .device/debs/;
-#       - the source lists of //frameworks/bindings:_core.so and //dadtrun:dadtrun, taken from
-#         `bazel query` so that the BUILD files stay the one place that says what is compiled.
+#       - the source lists of //frameworks/bindings:_core.so, //dadtrun:dadtrun and the GPU gtests
+#         (GPU_TESTS below), taken from `bazel query` so that the BUILD files stay the one place
+#         that says what is compiled; GoogleTest comes as Debian's libgtest-dev.
 #   bash tools/device_build.sh build [PYTHON]   # there, in a copy of the tree that has .device/
 #       - unpacks the .debs into .device/prefix with `dpkg -x` (or ar + tar);
 #       - compiles the .cu files with nvcc (-arch=native; DADT_NVCC_ARCH overrides), the C++ with
 #         g++ (-j nproc), links
-#         .device/out/_core.so (NCCL and Gloo found through an rpath) and .device/out/dadtrun;
+#         .device/out/_core.so (NCCL and Gloo found through an rpath), .device/out/dadtrun and
+#         one binary per GPU gtest (.device/out/cuda_device_test, .device/out/nccl_error_test);
 #       - links _core.so into frameworks/python/dadt/ so that the tree itself is importable.
 #   Then:  export PYTHONPATH=$PWD/frameworks/python PATH=$PWD/.device/out:$PATH
 #          dadtrun --gloo -np 1 python -m pytest -q test/python/test_gpu.py
@@ -24,7 +26,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 DEV=.device
 DEBS=(libgloo-dev libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200
-      libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libdlpack-dev libeigen3-dev)
+      libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libdlpack-dev libeigen3-dev libgtest-dev)
+# The C++ tests that need a GPU (test/runtime/backends/nccl/BUILD), built with CUDA enabled.
+GPU_TESTS=(cuda_device_test nccl_error_test)
 
 sources() {  # workspace .cc/.cu files that `target` is built from, minus the MPI engine
     bazel query --noshow_progress "kind('source file', deps($1))" 2>/dev/null |
@@ -37,6 +41,10 @@ fetch() {
     (cd "$DEV/debs" && apt-get download "${DEBS[@]}")
     sources //frameworks/bindings:_core.so > "$DEV/core_sources.txt"
     sources //dadtrun:dadtrun > "$DEV/dadtrun_sources.txt"
+    # deps() holds both branches of the tests' select(); the CUDA build takes the real test file.
+    for t in "${GPU_TESTS[@]}"; do
+        sources "//test/runtime/backends/nccl:$t" | grep -v cuda_not_built_test.cc > "$DEV/test_${t}_sources.txt"
+    done
     echo "fetched $(ls "$DEV/debs" | wc -l) packages ($(du -sh "$DEV" | cut -f1)); sources:" \
          "$(wc -l < "$DEV/core_sources.txt") for _core.so, $(wc -l < "$DEV/dadtrun_sources.txt") for dadtrun"
 }
@@ -55,6 +63,8 @@ build() {
     local prefix="$DEV/prefix" obj="$DEV/obj" out="$DEV/out"
     mkdir -p "$prefix" "$obj" "$out"
     for deb in "$DEV"/debs/*.deb; do unpack "$deb" "$prefix"; done
+    # The rpaths are DT_RPATH (--disable-new-dtags), which also serves the unpacked libraries' own
+    # needs (libgloo's libhiredis and libibverbs); DT_RUNPATH would serve only _core.so's direct ones.
     local pyinc pybind nccl nvcc cuda
     pyinc="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
     pybind="$("$py" -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null || echo /usr/include)"
@@ -80,14 +90,18 @@ n = c.find_nvcc(); print(n or "-", c.find_cuda_home(n) or "-")')
     }
     export -f compile_one
     export obj nvcc
-    local all; all="$(sort -u "$DEV/core_sources.txt" "$DEV/dadtrun_sources.txt")"
+    local all; all="$(sort -u "$DEV/core_sources.txt" "$DEV/dadtrun_sources.txt" "$DEV"/test_*_sources.txt)"
     CXX_FLAGS="${cxx[*]}" xargs -P "$(nproc)" -I{} bash -c 'cxx=($CXX_FLAGS); compile_one "$@"' _ {} <<<"$all"
     objs() { while read -r s; do echo "$obj/${s//\//_}.o"; done < "$1"; }
     g++ -shared -o "$out/_core.so" $(objs "$DEV/core_sources.txt") \
         -L"$lib" -lgloo -L"$cuda/lib64" -lcudart_static -L"$nccl/lib" -l:libnccl.so.2 -ldl -lrt -lpthread \
-        -Wl,-rpath,"$lib:$arch_lib:$nccl/lib"
+        -Wl,--disable-new-dtags -Wl,-rpath,"$lib:$arch_lib:$nccl/lib"
     g++ -o "$out/dadtrun" $(objs "$DEV/dadtrun_sources.txt") -L"$arch_lib" -l:libyaml-cpp.a -lpthread \
         -Wl,-rpath,"$lib:$arch_lib"
+    for t in "${GPU_TESTS[@]}"; do
+        g++ -o "$out/$t" $(objs "$DEV/test_${t}_sources.txt") -L"$arch_lib" -l:libgtest_main.a -l:libgtest.a \
+            -L"$cuda/lib64" -lcudart_static -L"$nccl/lib" -l:libnccl.so.2 -ldl -lrt -lpthread -Wl,-rpath,"$nccl/lib"
+    done
     ln -sf "$ROOT/$out/_core.so" frameworks/python/dadt/_core.so
     (cd / && PYTHONPATH="$ROOT/frameworks/python" "$py" -c \
         'import dadt.torch as d, dadt._core as c; print("built:", c.built_backends(), "cuda:", c.cuda_available())')

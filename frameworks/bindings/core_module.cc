@@ -335,17 +335,21 @@ PYBIND11_MODULE(_core, m) {
     CheckStatus(rc);
   }, py::arg("input"), py::arg("output"), py::arg("stream"),
         "float32 <-> float16 of CUDA tensors with the runtime's kernel on `stream`.");
-  m.def("cuda_fusion_copy_seconds", [](int device, int64_t span_bytes, int spans, int iters) {
-    double seconds = 0;
+  m.def("cuda_copy_batch", [](const std::vector<uintptr_t>& src, const std::vector<uintptr_t>& dst,
+                              const std::vector<int64_t>& bytes, uintptr_t stream) {
+    if (src.size() != dst.size() || src.size() != bytes.size()) {
+      throw py::value_error("cuda_copy_batch: src, dst and bytes must have the same length");
+    }
     int rc;
     {
       py::gil_scoped_release release;
-      rc = dadt_cuda_fusion_copy_seconds(device, span_bytes, spans, iters, &seconds);
+      rc = dadt_cuda_copy_batch(src.data(), dst.data(), bytes.data(), static_cast<int>(src.size()),
+                                stream);
     }
     CheckStatus(rc);
-    return seconds;
-  }, py::arg("device"), py::arg("span_bytes"), py::arg("spans"), py::arg("iters"),
-        "Median seconds of one batched fusion pack on the GPU (benchmark hook).");
+  }, py::arg("src"), py::arg("dst"), py::arg("bytes"), py::arg("stream"),
+        "Copies CUDA buffers (addresses; src 0 zero-fills) with the fusion copy kernel on `stream`, "
+        "asynchronously (benchmark hook).");
   m.def("cuda_available", [] {
     const bool ok = dadt_cuda_available() == 1;
     return py::make_tuple(ok, ok ? std::string() : std::string(dadt_last_error()));

@@ -89,6 +89,9 @@ class DeviceRegistry {
     std::function<StatusOr<std::unique_ptr<DeviceContext>>(const DeviceOptions&)> create;
     // DeviceContext::Cast on a caller's stream (the framework's): fp16 compression in the front end.
     std::function<Status(const void*, DataType, void*, DataType, int64_t, uintptr_t)> cast;
+    // DeviceContext::Copy on a caller's stream: the fusion copy kernel, for examples/benchmarks/
+    // gpu_bench.py, which times it against a plain device-to-device copy on the same stream.
+    std::function<Status(const std::vector<CopySpan>&, uintptr_t)> copy;
   };
   static bool Register(Impl impl);
   static bool Built();
@@ -97,12 +100,8 @@ class DeviceRegistry {
   static StatusOr<std::unique_ptr<DeviceContext>> Create(const DeviceOptions& options);
   static Status CastOnStream(const void* in, DataType in_type, void* out, DataType out_type,
                              int64_t count, uintptr_t stream);
+  static Status CopyOnStream(const std::vector<CopySpan>& spans, uintptr_t stream);
 };
-
-// Seconds per fusion pack on `device`: `spans` buffers of `span_bytes` each copied into one fusion
-// buffer by DeviceContext::Copy, median over `iters` timed batches (for examples/benchmarks/
-// gpu_bench.py, which compares it with a plain device-to-device copy of the same bytes).
-StatusOr<double> MeasureFusionCopy(int device, int64_t span_bytes, int spans, int iters);
 
 }  // namespace backends
 }  // namespace dadt

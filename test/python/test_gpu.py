@@ -97,3 +97,12 @@ def test_reducescatter_uneven_rows(world, nm, dev):
     mine = torch.tensor_split(total, world.size)[world.rank]
     assert out.device == dev
     assert torch.equal(out.cpu(), mine)
+
+
+def test_a_group_mixing_cpu_and_gpu_tensors_is_refused_before_anything_is_enqueued(world, nm, dev):
+    tensors = [torch.ones(10, device=dev) if i % 2 == 0 else torch.ones(10) for i in range(5)]
+    with pytest.raises(RuntimeError, match="every member of a group must be on the same device"):
+        dadt.grouped_allreduce(tensors, name=nm(), op=dadt.Sum)
+    # Nothing of the refused group is left in flight: the same names work at once.
+    out = dadt.grouped_allreduce([t.to(dev) for t in tensors], name=nm(), op=dadt.Sum)
+    assert all(torch.equal(o.cpu(), torch.full((10,), float(world.size))) for o in out)

@@ -36,6 +36,24 @@ Status CastOnStream(const void* in, DataType in_type, void* out, DataType out_ty
                        DataTypeName(out_type));
 }
 
+Status CopyOnStream(const std::vector<CopySpan>& spans, uintptr_t stream) {
+  auto s = reinterpret_cast<cudaStream_t>(stream);
+  dadt_cuda::CopyBatch batch;
+  batch.count = 0;
+  for (const CopySpan& span : spans) {
+    if (span.bytes <= 0) continue;
+    batch.src[batch.count] = span.src;
+    batch.dst[batch.count] = span.dst;
+    batch.bytes[batch.count] = span.bytes;
+    if (++batch.count == dadt_cuda::kMaxCopiesPerLaunch) {
+      DADT_CUDA_CHECK("fusion buffer copy", dadt_cuda::LaunchCopyBatch(batch, s));
+      batch.count = 0;
+    }
+  }
+  DADT_CUDA_CHECK("fusion buffer copy", dadt_cuda::LaunchCopyBatch(batch, s));
+  return Status::OK();
+}
+
 int VisibleCudaDevices(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
@@ -112,20 +130,7 @@ Status CudaDevice::WaitForStream(uintptr_t framework_stream) {
 }
 
 Status CudaDevice::Copy(const std::vector<CopySpan>& spans) {
-  dadt_cuda::CopyBatch batch;
-  batch.count = 0;
-  for (size_t i = 0; i < spans.size(); ++i) {
-    if (spans[i].bytes <= 0) continue;
-    batch.src[batch.count] = spans[i].src;
-    batch.dst[batch.count] = spans[i].dst;
-    batch.bytes[batch.count] = spans[i].bytes;
-    if (++batch.count == dadt_cuda::kMaxCopiesPerLaunch) {
-      DADT_CUDA_CHECK("fusion buffer copy", dadt_cuda::LaunchCopyBatch(batch, stream_));
-      batch.count = 0;
-    }
-  }
-  DADT_CUDA_CHECK("fusion buffer copy", dadt_cuda::LaunchCopyBatch(batch, stream_));
-  return Status::OK();
+  return internal::CopyOnStream(spans, reinterpret_cast<uintptr_t>(stream_));
 }
 
 Status CudaDevice::Scale(void* buf, int64_t count, DataType dtype, double factor) {
@@ -285,7 +290,8 @@ namespace {
 
 const bool kRegistered = DeviceRegistry::Register(DeviceRegistry::Impl{
     "CUDA", [](std::string* why) { return internal::VisibleCudaDevices(why); },
-    [](const DeviceOptions& o) { return CudaDevice::Create(o); }, internal::CastOnStream});
+    [](const DeviceOptions& o) { return CudaDevice::Create(o); }, internal::CastOnStream,
+    internal::CopyOnStream});
 
 }  // namespace
 }  // namespace nccl

@@ -87,6 +87,8 @@ int VisibleCudaDevices(std::string* why);
 // float32 <-> float16 on `stream` with the device kernels (CudaDevice::Cast on its own stream).
 Status CastOnStream(const void* in, DataType in_type, void* out, DataType out_type, int64_t count,
                     uintptr_t stream);
+// The spans with the batched copy kernel on `stream` (CudaDevice::Copy on its own stream).
+Status CopyOnStream(const std::vector<CopySpan>& spans, uintptr_t stream);
 }  // namespace internal
 
 }  // namespace nccl

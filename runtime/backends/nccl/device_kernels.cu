@@ -1,43 +1,61 @@
 // The fusion copy, scale and cast kernels (see device_kernels.h).
 //
-// Batched copy: one launch moves up to kMaxCopiesPerLaunch tensors into or out of the fusion
-// buffer. blockIdx.y selects the span, so a launch costs one kernel submission however many small
-// gradients are fused (cudaMemcpyAsync per tensor costs ~2-5 us of host time each); blockIdx.x
-// strides over the span. 16-byte vector accesses reach the device's copy bandwidth when both
-// pointers and the length are 16-byte aligned, which PyTorch's allocator (512-byte blocks) and the
-// fusion layout give for float32/float16 tensors of even length; other spans fall back to bytes.
+// Batched copy: one launch moves up to kMaxCopiesPerLaunch spans into or out of the fusion buffer,
+// so fusing many small gradients costs one kernel submission (cudaMemcpyAsync per tensor costs
+// ~2-5 us of host time each). The spans are cut into equal chunks, one thread block per chunk
+// (copy_plan.h), so the grid is as even as one large copy's. A chunk moves in 16-byte vectors when
+// both its pointers are 16-byte aligned (PyTorch's allocator gives 512-byte blocks), in 4-byte
+// words when both are 4-byte aligned (a float32 tensor after an odd-length one in the fusion
+// buffer), and in bytes otherwise.
 #include "runtime/backends/nccl/device_kernels.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "runtime/backends/nccl/copy_plan.h"
+
 namespace dadt_cuda {
 namespace {
 
+// The element-wise kernels: grid-stride loops of at most kMaxBlocks blocks of kThreads threads.
 constexpr int kThreads = 256;
-constexpr int kMaxBlocksPerSpan = 1024;
+constexpr int kMaxBlocks = 1024;
 
-__global__ void CopyBatchKernel(CopyBatch batch) {
-  const int i = blockIdx.y;
-  const char* src = static_cast<const char*>(batch.src[i]);
-  char* dst = static_cast<char*>(batch.dst[i]);
-  const int64_t n = batch.bytes[i];
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const bool aligned = ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
-                         static_cast<uintptr_t>(n)) & 15) == 0;
-  if (aligned) {
+__global__ void __launch_bounds__(kCopyThreads) CopyBatchKernel(CopyBatch b) {
+  const int64_t chunk = blockIdx.x;
+  const int i = SpanOfChunk(b.first_chunk, b.count, chunk);
+  const CopyRange r = ChunkRange(b.bytes[i], chunk - b.first_chunk[i]);
+  const char* src = b.src[i] ? static_cast<const char*>(b.src[i]) + r.begin : nullptr;
+  char* dst = static_cast<char*>(b.dst[i]) + r.begin;
+  const int64_t n = r.end - r.begin;
+  const uintptr_t addresses = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst);
+  int64_t done = 0;
+  if ((addresses & 15) == 0) {
+    // A chunk is kCopyThreads * kCopyVectorsPerThread vectors at most: one pass, every load issued
+    // before the first store.
     const int64_t vn = n / 16;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
     uint4* d = reinterpret_cast<uint4*>(dst);
-    if (src) {
-      const uint4* s = reinterpret_cast<const uint4*>(src);
-      for (int64_t k = tid; k < vn; k += stride) d[k] = s[k];
-    } else {
-      for (int64_t k = tid; k < vn; k += stride) d[k] = make_uint4(0, 0, 0, 0);
+    uint4 v[kCopyVectorsPerThread];
+#pragma unroll
+    for (int j = 0; j < kCopyVectorsPerThread; ++j) {
+      const int64_t k = j * kCopyThreads + threadIdx.x;
+      v[j] = (s && k < vn) ? s[k] : make_uint4(0, 0, 0, 0);
     }
-    return;
+#pragma unroll
+    for (int j = 0; j < kCopyVectorsPerThread; ++j) {
+      const int64_t k = j * kCopyThreads + threadIdx.x;
+      if (k < vn) d[k] = v[j];
+    }
+    done = vn * 16;
+  } else if ((addresses & 3) == 0) {
+    const int64_t wn = n / 4;
+    const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+    for (int64_t k = threadIdx.x; k < wn; k += kCopyThreads) d[k] = s ? s[k] : 0u;
+    done = wn * 4;
   }
-  for (int64_t k = tid; k < n; k += stride) dst[k] = src ? src[k] : 0;
+  for (int64_t k = done + threadIdx.x; k < n; k += kCopyThreads) dst[k] = src ? src[k] : 0;
 }
 
 // Grid-stride loop over n elements: every kernel below is one of these with its own body.
@@ -54,9 +72,12 @@ template <> __device__ __half FromFloat<__half>(float f) { return __float2half_r
 template <> __device__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float f) { return __float2bfloat16(f); }
 template <> __device__ float FromFloat<float>(float f) { return f; }
 
-// Element arithmetic, as the host's ScaleBuffer/DivideBuffer (runtime/common/reduce.cc) does it:
-// 16-bit floats compute in float and round once, float32 scales by a float factor, integers scale
-// through double and saturate, and divide as integers.
+// Element arithmetic. Scaling follows Horovod's GPU kernels, so that a Horovod script gets the same
+// bits on dadt: a 16-bit float is multiplied by the factor rounded to its own type (one rounding
+// of the exact product, as torch's `half_tensor * half_factor`), float32 by a float factor, and
+// integers through double, saturating. The host (runtime/common/reduce.cc) scales 16-bit floats by
+// the float factor instead, as Horovod's CPU path does. Division (Average) is the host's:
+// 16-bit floats through float, integers as integers.
 template <typename T> struct IntBounds;
 template <> struct IntBounds<uint8_t> { static constexpr uint8_t lo = 0, hi = 255; };
 template <> struct IntBounds<int8_t> { static constexpr int8_t lo = -128, hi = 127; };
@@ -75,10 +96,11 @@ template <typename T> __device__ T Scaled(T x, double f) {
 __device__ float Scaled(float x, double f) { return x * static_cast<float>(f); }
 __device__ double Scaled(double x, double f) { return x * f; }
 __device__ __half Scaled(__half x, double f) {
-  return FromFloat<__half>(ToFloat(x) * static_cast<float>(f));
+  return FromFloat<__half>(ToFloat(x) * ToFloat(FromFloat<__half>(static_cast<float>(f))));
 }
 __device__ __nv_bfloat16 Scaled(__nv_bfloat16 x, double f) {
-  return FromFloat<__nv_bfloat16>(ToFloat(x) * static_cast<float>(f));
+  return FromFloat<__nv_bfloat16>(ToFloat(x) *
+                                  ToFloat(FromFloat<__nv_bfloat16>(static_cast<float>(f))));
 }
 template <typename T> __device__ T Divided(T x, int64_t d) { return x / static_cast<T>(d); }
 __device__ __half Divided(__half x, int64_t d) {
@@ -105,18 +127,17 @@ __global__ void ConvertKernel(const In* in, Out* out, int64_t n) {
 
 unsigned Blocks(int64_t work) {
   const int64_t b = (work + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > kMaxBlocksPerSpan ? kMaxBlocksPerSpan : b));
+  return static_cast<unsigned>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
 }
 
 }  // namespace
 
 cudaError_t LaunchCopyBatch(const CopyBatch& batch, cudaStream_t stream) {
   if (batch.count <= 0) return cudaSuccess;
-  int64_t longest = 0;
-  for (int i = 0; i < batch.count; ++i) longest = batch.bytes[i] > longest ? batch.bytes[i] : longest;
-  if (longest == 0) return cudaSuccess;
-  dim3 grid(Blocks(longest / 16 + 1), static_cast<unsigned>(batch.count));
-  CopyBatchKernel<<<grid, kThreads, 0, stream>>>(batch);
+  CopyBatch b = batch;
+  const int64_t chunks = PlanCopyChunks(b.bytes, b.count, b.first_chunk);
+  if (chunks == 0) return cudaSuccess;
+  CopyBatchKernel<<<static_cast<unsigned>(chunks), kCopyThreads, 0, stream>>>(b);
   return cudaGetLastError();
 }
 

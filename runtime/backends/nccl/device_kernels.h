@@ -23,10 +23,11 @@ struct CopyBatch {
   void* dst[kMaxCopiesPerLaunch];
   int64_t bytes[kMaxCopiesPerLaunch];
   int count;
+  int64_t first_chunk[kMaxCopiesPerLaunch + 1];  // filled by LaunchCopyBatch (copy_plan.h)
 };
 
-// Each span is copied by its own group of blocks, 16 bytes per thread per step where both
-// pointers and the length allow it, byte-wise otherwise.
+// The spans are cut into chunks of kCopyChunkBytes, one thread block each (copy_plan.h), copied
+// in 16-byte vectors, 4-byte words or bytes, as the chunk's two pointers are aligned.
 cudaError_t LaunchCopyBatch(const CopyBatch& batch, cudaStream_t stream);
 
 // Element types of the scale kernel (dadt's DataType values, as the core numbers them).

@@ -27,6 +27,11 @@ class TensorMismatchError(RuntimeError):
     """Ranks submitted the same tensor name with different dtype, shape, op or root rank."""
 
 
+class DeviceMismatchError(ValueError, RuntimeError):
+    """The members of one grouped collective are on different devices (CPU and GPU, or two GPUs).
+    A ValueError, as dadt's other refusals of bad input are, and a RuntimeError, as Horovod's is."""
+
+
 _CODE_TO_TYPE = {
     ERR_INVALID_ARGUMENT: ValueError,
     ERR_MISMATCH: TensorMismatchError,

@@ -9,7 +9,7 @@ BASICS = ("init", "shutdown", "is_initialized", "rank", "size", "local_rank", "l
           "cross_rank", "cross_size", "mpi_threads_supported", "mpi_enabled", "mpi_built",
           "gloo_enabled", "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
           "ccl_built", "start_timeline", "stop_timeline")
-EXCEPTIONS = ("DadtInternalError", "HorovodInternalError", "TensorMismatchError")
+EXCEPTIONS = ("DadtInternalError", "DeviceMismatchError", "HorovodInternalError", "TensorMismatchError")
 REDUCE_OPS = ("Average", "Sum", "Adasum", "Min", "Max", "Product")
 
 

@@ -20,7 +20,8 @@ from dadt.common.basics import (start_timeline, stop_timeline, ccl_built, cross_
                                 gloo_built, gloo_enabled, init, is_initialized, local_rank,
                                 local_size, mpi_built, mpi_enabled, mpi_threads_supported,
                                 nccl_built, rank, rocm_built, shutdown, size)
-from dadt.common.exceptions import DadtInternalError, HorovodInternalError, TensorMismatchError
+from dadt.common.exceptions import (DadtInternalError, DeviceMismatchError, HorovodInternalError,
+                                    TensorMismatchError)
 from dadt.torch.collectives import (allgather, allreduce, alltoall, broadcast, grouped_allreduce,
                                     reducescatter)
 from dadt.torch.compression import Compression
@@ -42,7 +43,7 @@ __all__ = [
     "gloo_enabled", "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
     "ccl_built",
     # exceptions
-    "DadtInternalError", "HorovodInternalError", "TensorMismatchError",
+    "DadtInternalError", "DeviceMismatchError", "HorovodInternalError", "TensorMismatchError",
     # reduce ops
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
     # collectives

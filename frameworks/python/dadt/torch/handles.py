@@ -17,7 +17,7 @@ import torch
 import torch.utils.dlpack
 
 from dadt.common.basics import _core, call, wait_all
-from dadt.common.exceptions import DadtInternalError
+from dadt.common.exceptions import DadtInternalError, DeviceMismatchError
 from dadt.common.util import NOT_INITIALIZED, Average, collective_name
 
 _SUPPORTED_DTYPES = (torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
@@ -63,6 +63,16 @@ def check_tensor(tensor: Any, name: str) -> None:
     if not tensor.is_contiguous():
         raise ValueError("tensor '%s' is not contiguous; call .contiguous() on it before passing "
                          "it to dadt" % name)
+
+
+def check_same_device(tensors: List[torch.Tensor], names: List[str]) -> None:
+    """The members of a grouped collective are reduced in one fused buffer: one device for all."""
+    first = tensors[0].device
+    for tensor, name in zip(tensors[1:], names[1:]):
+        if tensor.device != first:
+            raise DeviceMismatchError(
+                "grouped collective: member '%s' is on %s but member '%s' is on %s; every member "
+                "of a group must be on the same device" % (name, tensor.device, names[0], first))
 
 
 def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],

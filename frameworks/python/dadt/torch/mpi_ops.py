@@ -15,7 +15,7 @@ from dadt.torch import handles
 from dadt.common.util import (OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL, OP_BARRIER, OP_BROADCAST,
                               OP_JOIN, OP_REDUCESCATTER, Adasum, Average, Max, Min, Product, Sum,
                               handle_average_backwards_compatibility)
-from dadt.torch.handles import (auto_name, check_tensor, enqueue, register,
+from dadt.torch.handles import (auto_name, check_same_device, check_tensor, enqueue, register,
                                 take_output, poll, synchronize)
 
 __all__ = [
@@ -107,6 +107,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
             raise ValueError("tensor '%s' is bool: Average and scale factors are not defined for "
                              "bool; use Sum or Max (logical or) or Min or Product (logical and)"
                              % member)
+    check_same_device(tensors, names)
     outputs = tensors if outputs is None else outputs(tensors)
     # The id names the group on every rank alike, whatever order ranks submit groups in: a hash
     # of the member names (unique among in-flight collectives by contract).

@@ -85,6 +85,54 @@ TEST_F(CudaDeviceTest, ScaleAndFp16CastOnTheDevice) {
   EXPECT_EQ(ctx_->Cast(f, DataType::kFloat64, f, DataType::kFloat16, 1).code(), StatusCode::kUnimplemented);
 }
 
+// Horovod's GPU kernels scale a float16 buffer by the factor rounded to float16: 7 * fp16(0.1) =
+// 7 * 0.0999755859375 rounds to 0.69970703125, where 7 * 0.1f would round to 0.7001953125.
+TEST_F(CudaDeviceTest, Fp16ScalesByTheFactorRoundedToFp16AsHorovodDoes) {
+  float seven = 7.f;
+  void* f = Upload(&seven, 4);
+  auto half = ctx_->Allocate(2, DeviceContext::Use::kScratch);
+  ASSERT_TRUE(half.ok());
+  ASSERT_TRUE(ctx_->Cast(f, DataType::kFloat32, half->get(), DataType::kFloat16, 1).ok());
+  ASSERT_TRUE(ctx_->Scale(half->get(), 1, DataType::kFloat16, 0.1).ok());
+  ASSERT_TRUE(ctx_->Cast(half->get(), DataType::kFloat16, f, DataType::kFloat32, 1).ok());
+  ASSERT_TRUE(Drain().ok());
+  EXPECT_EQ(Download<float>(f, 1), std::vector<float>{0.69970703125f});
+}
+
+// The batched copy at realistic sizes: spans of several chunks, 4-byte-aligned destinations (a
+// float32 tensor after an odd-length one in the fusion buffer), a zero fill, and the unpack back.
+TEST_F(CudaDeviceTest, BatchedCopyPacksAndUnpacksMultiChunkSpansAtEveryAlignment) {
+  const std::vector<int64_t> floats = {1, 4097, 100000, 3, 65536, 7};
+  int64_t total = 0;
+  for (int64_t n : floats) total += n;
+  void* fused = Upload(std::vector<float>(total, -1.f).data(), total * 4);
+  std::vector<CopySpan> pack, unpack;
+  std::vector<float> expect;
+  std::vector<void*> outs;
+  int64_t off = 0;
+  for (size_t i = 0; i < floats.size(); ++i) {
+    std::vector<float> src(floats[i]);
+    std::iota(src.begin(), src.end(), static_cast<float>(1000 * i));
+    const bool zero = i == 3;
+    float* slot = static_cast<float*>(fused) + off;
+    pack.push_back({zero ? nullptr : Upload(src.data(), src.size() * 4), slot, floats[i] * 4});
+    outs.push_back(Upload(std::vector<float>(floats[i], -2.f).data(), floats[i] * 4));
+    unpack.push_back({slot, outs.back(), floats[i] * 4});
+    for (float v : src) expect.push_back(zero ? 0.f : v);
+    off += floats[i];
+  }
+  ASSERT_TRUE(ctx_->Copy(pack).ok());
+  ASSERT_TRUE(ctx_->Copy(unpack).ok());
+  ASSERT_TRUE(Drain().ok());
+  EXPECT_EQ(Download<float>(fused, total), expect);
+  off = 0;
+  for (size_t i = 0; i < floats.size(); ++i) {
+    EXPECT_EQ(Download<float>(outs[i], floats[i]),
+              std::vector<float>(expect.begin() + off, expect.begin() + off + floats[i])) << i;
+    off += floats[i];
+  }
+}
+
 // The device matches the host's ScaleBuffer/DivideBuffer: integers saturate and divide as integers.
 TEST_F(CudaDeviceTest, IntegerScaleSaturatesAndAverageDividesLikeTheHost) {
   std::vector<int8_t> i8 = {1, -2, 100, -100};

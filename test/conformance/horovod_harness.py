@@ -1,0 +1,85 @@
+"""Runs one of Horovod's own test files against dadt, unchanged, in the current process.
+
+    dadtrun --gloo -np 2 python3 test/conformance/horovod_harness.py PATH/test_torch.py [pytest args]
+    python3 test/conformance/horovod_harness.py PATH/test_torch.py -k gpu     # one rank, no launcher
+
+What Horovod's test files need from the machine they run on, made here in a temporary directory that
+is removed afterwards (nothing is installed, and a real Horovod elsewhere is never shadowed):
+- a package `horovod` whose `horovod.torch` (and `horovod.tensorflow`, `horovod.keras`) is the dadt
+  module of the same framework, imported lazily so that a file only pays for the framework it tests;
+- a module `common` with the three helpers the files import from Horovod's test/utils
+  (`mpi_env_rank_and_size`, `skip_or_fail_gpu_test`, `temppath`);
+- HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, ... copied from dadt's own variables when a launcher
+  set them, so that the files take the branches they take under `horovodrun --gloo`.
+The exit status is pytest's.
+"""
+import os
+import sys
+import tempfile
+import textwrap
+
+_ALIAS = textwrap.dedent("""
+    import importlib, sys
+    sys.modules[__name__] = importlib.import_module({target!r})
+""")
+
+_COMMON = textwrap.dedent('''
+    """Stand-ins for the helpers of Horovod's test/utils/common.py (written by dadt's harness)."""
+    import contextlib, os, shutil, tempfile
+
+    def mpi_env_rank_and_size():
+        for rank_var, size_var in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                                   ("PMI_RANK", "PMI_SIZE")):
+            if rank_var in os.environ and size_var in os.environ:
+                return int(os.environ[rank_var]), int(os.environ[size_var])
+        return 0, 1
+
+    def skip_or_fail_gpu_test(test, message):
+        test.skipTest(message)
+
+    @contextlib.contextmanager
+    def temppath():
+        d = tempfile.mkdtemp()
+        try:
+            yield os.path.join(d, "file")
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+''')
+
+# Horovod's variable <- dadt's variable, copied only where dadt's is set (i.e. under a launcher).
+_ENV = {"HOROVOD_RANK": "DADT_RANK", "HOROVOD_SIZE": "DADT_SIZE",
+        "HOROVOD_LOCAL_RANK": "DADT_LOCAL_RANK", "HOROVOD_LOCAL_SIZE": "DADT_LOCAL_SIZE",
+        "HOROVOD_CROSS_RANK": "DADT_CROSS_RANK", "HOROVOD_CROSS_SIZE": "DADT_CROSS_SIZE"}
+
+
+def write_shims(root):
+    pkg = os.path.join(root, "horovod")
+    os.makedirs(pkg)
+    open(os.path.join(pkg, "__init__.py"), "w").close()
+    for name, target in (("torch", "dadt.torch"), ("tensorflow", "dadt.tensorflow"),
+                         ("keras", "dadt.keras")):
+        with open(os.path.join(pkg, name + ".py"), "w") as f:
+            f.write(_ALIAS.format(target=target))
+    with open(os.path.join(root, "common.py"), "w") as f:
+        f.write(_COMMON)
+
+
+def main(argv):
+    if not argv or not os.path.isfile(argv[0]):
+        sys.stderr.write("usage: horovod_harness.py PATH/TO/HOROVOD/test_FILE.py [pytest args]\n"
+                         "error: %s\n" % ("no test file given" if not argv else "no such file: " + argv[0]))
+        return 2
+    for hvd_var, dadt_var in _ENV.items():
+        if dadt_var in os.environ:
+            os.environ[hvd_var] = os.environ[dadt_var]
+    import pytest
+    with tempfile.TemporaryDirectory(prefix="dadt-horovod-") as root:
+        write_shims(root)
+        sys.path.insert(0, root)
+        # Horovod's files live in test/parallel and import `common` from ../utils; that is `root` here.
+        return pytest.main(["-p", "no:cacheprovider", "--rootdir", os.path.dirname(os.path.abspath(argv[0]))]
+                           + argv[1:] + [argv[0]])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
