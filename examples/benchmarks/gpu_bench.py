@@ -230,8 +230,13 @@ def gpu_activity(prof):
     return sorted(out, key=lambda a: a[2])
 
 
-def idle_per_step(activity, stream, steps):
-    """Gaps between consecutive kernels of `stream`, over the traced steps, per step (ms)."""
+def idle_per_step(activity, steps):
+    """Gaps between consecutive kernels of the framework stream (the one with the most GPU time),
+    over the traced steps, per step (ms)."""
+    busy = {}
+    for _, st, s, e in activity:
+        busy[st] = busy.get(st, 0) + e - s
+    stream = max(busy, key=busy.get)
     mine = [a for a in activity if a[1] == stream]
     gaps, end = 0.0, None
     for _, _, s, e in mine:
@@ -245,7 +250,6 @@ def host_sync(args):
     from torch.profiler import ProfilerActivity, profile
     import dadt.torch as dadt
     dev = torch.device("cuda", 0)
-    framework = torch.cuda.current_stream(dev).cuda_stream
     x = torch.zeros(16 << 20, device=dev)  # 64 MB
     dadt.allreduce(x, name="sync.warmup", op=dadt.Sum)
     torch.cuda.synchronize()
@@ -259,7 +263,9 @@ def host_sync(args):
         out = dadt.synchronize(h)
         torch.cuda.synchronize()
     act = gpu_activity(prof)
-    spin = next(a for a in act if a[1] == framework and "spin" in a[0].lower())
+    # The trace numbers streams itself: the framework stream is the one the spin kernel ran on.
+    spin = next(a for a in act if "spin" in a[0].lower())
+    framework = spin[1]
     fill = min((a for a in act if a[1] == framework and a[2] >= spin[3]), key=lambda a: a[2])
     # dadt's first work on its own stream after the spin kernel began; a negative gap would mean it
     # read the tensor before the framework wrote it.
@@ -285,7 +291,7 @@ def host_sync(args):
             for _ in range(args.trace_steps):
                 step()
             torch.cuda.synchronize()
-        idle, span = idle_per_step(gpu_activity(prof), framework, args.trace_steps)
+        idle, span = idle_per_step(gpu_activity(prof), args.trace_steps)
         rows.append(("dadt DistributedOptimizer" if use_dadt else "plain PyTorch", idle, span))
     print("\nframework stream over %d traced ResNet-50 steps (batch %d): idle time between its kernels"
           % (args.trace_steps, args.batch))

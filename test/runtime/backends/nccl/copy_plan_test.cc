@@ -60,7 +60,7 @@ TEST(CopyPlan, GridSizeIsTheSumOfEverySpansChunks) {
 
 TEST(CopyPlan, RandomMixesOfSizesAsAFusionBatchHasThem) {
   std::mt19937_64 rng(7);
-  std::uniform_int_distribution<int> count(1, 80);  // kMaxCopiesPerLaunch spans at most
+  std::uniform_int_distribution<int> count(1, 256);  // a launch's spans (kMaxCopiesPerLaunch)
   std::uniform_int_distribution<int64_t> size(0, 5 * kCopyChunkBytes);
   for (int trial = 0; trial < 50; ++trial) {
     std::vector<int64_t> bytes(count(rng));

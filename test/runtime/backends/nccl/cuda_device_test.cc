@@ -51,14 +51,15 @@ class CudaDeviceTest : public ::testing::Test {
 };
 
 TEST_F(CudaDeviceTest, BatchedCopyPacksAndZeroFillsManyOddSizedSpans) {
-  // 200 spans (more than one launch), sizes 0..199 bytes: unaligned, empty and vectorised paths.
+  // 300 spans (more than one launch), sizes 0..299 bytes: unaligned, empty and vectorised paths.
+  constexpr int kSpans = 300;
   std::vector<CopySpan> spans;
   std::vector<uint8_t> expect;
   int64_t total = 0;
-  for (int i = 0; i < 200; ++i) total += i;
+  for (int i = 0; i < kSpans; ++i) total += i;
   void* fused = Upload(std::vector<uint8_t>(total, 0xAB).data(), total);
   int64_t off = 0;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < kSpans; ++i) {
     std::vector<uint8_t> src(i);
     std::iota(src.begin(), src.end(), static_cast<uint8_t>(i));
     const bool zero = i % 7 == 3;
