@@ -259,6 +259,8 @@ int dadt_cuda_cast(const DLTensor* in, const DLTensor* out, uintptr_t stream) {
   return s.ok() ? DADT_OK : Fail(s);
 }
 
+int dadt_nccl_version(void) { return dadt::backends::DeviceRegistry::NcclVersion(); }
+
 int dadt_cuda_copy_batch(const uintptr_t* src, const uintptr_t* dst, const int64_t* bytes, int count,
                          uintptr_t stream) {
   if (count < 0 || (count > 0 && (!src || !dst || !bytes))) {

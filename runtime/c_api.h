@@ -122,6 +122,9 @@ const char* dadt_built_backends(void);
 /* The engine that moves GPU tensors in this job ("nccl"), or NULL when the front end must stage
  * them through host memory (or dadt is not initialized). */
 const char* dadt_device_backend(void);
+/* The NCCL version code this build links (e.g. 22807 for 2.28.7), 0 without NCCL. Horovod's
+ * nccl_built() returns it. */
+int dadt_nccl_version(void);
 /* 1 when this build has CUDA support and a CUDA device is visible; 0 otherwise, with the reason
  * in dadt_last_error(). */
 int dadt_cuda_available(void);

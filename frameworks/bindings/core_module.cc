@@ -350,6 +350,8 @@ PYBIND11_MODULE(_core, m) {
   }, py::arg("src"), py::arg("dst"), py::arg("bytes"), py::arg("stream"),
         "Copies CUDA buffers (addresses; src 0 zero-fills) with the fusion copy kernel on `stream`, "
         "asynchronously (benchmark hook).");
+  m.def("nccl_version", [] { return dadt_nccl_version(); },
+        "The NCCL version code this build links (22807 for 2.28.7), 0 without NCCL.");
   m.def("cuda_available", [] {
     const bool ok = dadt_cuda_available() == 1;
     return py::make_tuple(ok, ok ? std::string() : std::string(dadt_last_error()));

@@ -45,6 +45,8 @@ Status DeviceRegistry::CastOnStream(const void* in, DataType in_type, void* out,
   return Registered()->cast(in, in_type, out, out_type, count, stream);
 }
 
+int DeviceRegistry::NcclVersion() { return Registered() ? Registered()->nccl_version() : 0; }
+
 Status DeviceRegistry::CopyOnStream(const std::vector<CopySpan>& spans, uintptr_t stream) {
   if (!Registered()) return Unimplemented("device copies need dadt built with CUDA");
   return Registered()->copy(spans, stream);

@@ -92,6 +92,8 @@ class DeviceRegistry {
     // DeviceContext::Copy on a caller's stream: the fusion copy kernel, for examples/benchmarks/
     // gpu_bench.py, which times it against a plain device-to-device copy on the same stream.
     std::function<Status(const std::vector<CopySpan>&, uintptr_t)> copy;
+    // The linked NCCL's version code (ncclGetVersion: 22807 for 2.28.7); needs no GPU.
+    std::function<int()> nccl_version;
   };
   static bool Register(Impl impl);
   static bool Built();
@@ -101,6 +103,8 @@ class DeviceRegistry {
   static Status CastOnStream(const void* in, DataType in_type, void* out, DataType out_type,
                              int64_t count, uintptr_t stream);
   static Status CopyOnStream(const std::vector<CopySpan>& spans, uintptr_t stream);
+  // NCCL's version code, 0 without the CUDA build.
+  static int NcclVersion();
 };
 
 }  // namespace backends

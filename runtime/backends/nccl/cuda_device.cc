@@ -291,7 +291,10 @@ namespace {
 const bool kRegistered = DeviceRegistry::Register(DeviceRegistry::Impl{
     "CUDA", [](std::string* why) { return internal::VisibleCudaDevices(why); },
     [](const DeviceOptions& o) { return CudaDevice::Create(o); }, internal::CastOnStream,
-    internal::CopyOnStream});
+    internal::CopyOnStream, [] {
+      int version = 0;
+      return ncclGetVersion(&version) == ncclSuccess ? version : 0;
+    }});
 
 }  // namespace
 }  // namespace nccl
