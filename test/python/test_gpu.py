@@ -106,3 +106,11 @@ def test_a_group_mixing_cpu_and_gpu_tensors_is_refused_before_anything_is_enqueu
     # Nothing of the refused group is left in flight: the same names work at once.
     out = dadt.grouped_allreduce([t.to(dev) for t in tensors], name=nm(), op=dadt.Sum)
     assert all(torch.equal(o.cpu(), torch.full((10,), float(world.size))) for o in out)
+
+
+def test_alltoall_splits_given_on_the_gpu_come_back_on_the_gpu(world, nm, dev):
+    splits = torch.tensor([world.rank + 1] * world.size, dtype=torch.int32, device=dev)
+    x = torch.full((world.size * (world.rank + 1), 2), float(world.rank), device=dev)
+    out, received = dadt.alltoall(x, splits=splits, name=nm())
+    assert received.device == dev and out.device == dev
+    assert received.tolist() == [r + 1 for r in range(world.size)]

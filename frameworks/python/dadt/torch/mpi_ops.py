@@ -292,14 +292,17 @@ def alltoall_async(tensor, splits=None, name=None) -> int:
 
     Returns:
         A handle to the alltoall operation that can be used with `poll()` or `synchronize()`;
-        `synchronize()` returns a tuple (output, received_splits).
+        `synchronize()` returns a tuple (output, received_splits); received_splits is on the
+        device `splits` was given on (the CPU for a list or None).
     """
     name = auto_name("alltoall", name)
     check_tensor(tensor, name)
     member = enqueue(OP_ALLTOALL, name, tensor, splits=_splits_list(splits))
+    # Horovod returns the received splits where the splits were given (a GPU tensor: that GPU).
+    splits_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
 
     def finish(hs):
-        received = torch.tensor(_core.received_splits(hs[0]), dtype=torch.int32)
+        received = torch.tensor(_core.received_splits(hs[0]), dtype=torch.int32, device=splits_device)
         return take_output(hs[0], tensor), received
     return register([member], finish=finish)
 
