@@ -34,6 +34,7 @@ from dadt.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgath
                                 grouped_allreduce_async_, join, poll, reducescatter_async,
                                 synchronize)
 from dadt.torch.optimizer import DistributedOptimizer
+from dadt.torch.sync_batch_norm import SyncBatchNorm
 
 __all__ = [
     "start_timeline", "stop_timeline", "set_fusion_params",
@@ -53,6 +54,7 @@ __all__ = [
     "broadcast_", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
     "reducescatter_async", "barrier", "join", "poll", "synchronize",
     # training helpers
-    "Compression", "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
+    "Compression", "DistributedOptimizer", "SyncBatchNorm", "broadcast_parameters",
+    "broadcast_optimizer_state",
     "broadcast_object", "allgather_object",
 ]
