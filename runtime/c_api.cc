@@ -52,6 +52,8 @@ StatusOr<DataType> ToDataType(const DLDataType& t, const std::string& name) {
   if (t.lanes == 1) {
     if (t.code == kDLUInt && t.bits == 8) return DataType::kUint8;
     if (t.code == kDLInt && t.bits == 8) return DataType::kInt8;
+    if (t.code == kDLInt && t.bits == 16) return DataType::kInt16;
+    if (t.code == kDLUInt && t.bits == 16) return DataType::kUint16;
     if (t.code == kDLInt && t.bits == 32) return DataType::kInt32;
     if (t.code == kDLInt && t.bits == 64) return DataType::kInt64;
     if (t.code == kDLFloat && t.bits == 16) return DataType::kFloat16;
@@ -63,7 +65,8 @@ StatusOr<DataType> ToDataType(const DLDataType& t, const std::string& name) {
   return dadt::InvalidArgument(
       "tensor '" + name + "' has an unsupported data type (DLPack code " + std::to_string(t.code) +
       ", " + std::to_string(t.bits) + " bits, " + std::to_string(t.lanes) +
-      " lanes); supported: uint8, int8, int32, int64, float16, bfloat16, float32, float64, bool");
+      " lanes); supported: uint8, int8, int16, uint16, int32, int64, float16, bfloat16, float32, float64, "
+      "bool");
 }
 
 DLDataType ToDLDataType(DataType d) {
@@ -71,8 +74,10 @@ DLDataType ToDLDataType(DataType d) {
   t.lanes = 1;
   t.bits = static_cast<uint8_t>(dadt::DataTypeSize(d) * 8);
   switch (d) {
-    case DataType::kUint8: t.code = kDLUInt; break;
+    case DataType::kUint8:
+    case DataType::kUint16: t.code = kDLUInt; break;
     case DataType::kInt8:
+    case DataType::kInt16:
     case DataType::kInt32:
     case DataType::kInt64: t.code = kDLInt; break;
     case DataType::kBfloat16: t.code = kDLBfloat; break;

@@ -297,6 +297,8 @@ void ReduceBinary(void* out, const void* a, const void* b, int64_t n, DataType d
   switch (dtype) {
     case DataType::kUint8: return ReduceTyped<uint8_t>(out, a, b, n, op);
     case DataType::kInt8: return ReduceTyped<int8_t>(out, a, b, n, op);
+    case DataType::kInt16: return ReduceTyped<int16_t>(out, a, b, n, op);
+    case DataType::kUint16: return ReduceTyped<uint16_t>(out, a, b, n, op);
     case DataType::kInt32: return ReduceTyped<int32_t>(out, a, b, n, op);
     case DataType::kInt64: return ReduceTyped<int64_t>(out, a, b, n, op);
     case DataType::kFloat16:
@@ -315,6 +317,8 @@ Status ScaleBuffer(void* buf, int64_t n, DataType dtype, double factor) {
   switch (dtype) {
     case DataType::kUint8: ScaleInt<uint8_t>(buf, n, factor); break;
     case DataType::kInt8: ScaleInt<int8_t>(buf, n, factor); break;
+    case DataType::kInt16: ScaleInt<int16_t>(buf, n, factor); break;
+    case DataType::kUint16: ScaleInt<uint16_t>(buf, n, factor); break;
     case DataType::kInt32: ScaleInt<int32_t>(buf, n, factor); break;
     case DataType::kInt64: ScaleInt<int64_t>(buf, n, factor); break;
     case DataType::kFloat16: ScaleHalf<Fp16Codec>(buf, n, factor); break;
@@ -360,6 +364,8 @@ Status DivideBuffer(void* buf, int64_t n, DataType dtype, int64_t divisor) {
   switch (dtype) {
     case DataType::kUint8: DivideExact<uint8_t>(buf, n, static_cast<uint8_t>(divisor)); break;
     case DataType::kInt8: DivideExact<int8_t>(buf, n, static_cast<int8_t>(divisor)); break;
+    case DataType::kInt16: DivideExact<int16_t>(buf, n, static_cast<int16_t>(divisor)); break;
+    case DataType::kUint16: DivideExact<uint16_t>(buf, n, static_cast<uint16_t>(divisor)); break;
     case DataType::kInt32: DivideExact<int32_t>(buf, n, static_cast<int32_t>(divisor)); break;
     case DataType::kInt64: DivideExact<int64_t>(buf, n, divisor); break;
     case DataType::kFloat16: DivideHalf<Fp16Codec>(buf, n, static_cast<float>(divisor)); break;

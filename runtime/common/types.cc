@@ -8,7 +8,9 @@ size_t DataTypeSize(DataType dtype) {
     case DataType::kInt8:
     case DataType::kBool: return 1;
     case DataType::kFloat16:
-    case DataType::kBfloat16: return 2;
+    case DataType::kBfloat16:
+    case DataType::kInt16:
+    case DataType::kUint16: return 2;
     case DataType::kInt32:
     case DataType::kFloat32: return 4;
     case DataType::kInt64:
@@ -28,6 +30,8 @@ const char* DataTypeName(DataType dtype) {
     case DataType::kFloat32: return "float32";
     case DataType::kFloat64: return "float64";
     case DataType::kBool: return "bool";
+    case DataType::kInt16: return "int16";
+    case DataType::kUint16: return "uint16";
   }
   return "unknown";
 }

@@ -21,8 +21,10 @@ enum class DataType : int32_t {
   kFloat32 = 6,
   kFloat64 = 7,
   kBool = 8,
+  kInt16 = 9,
+  kUint16 = 10,
 };
-constexpr int kNumDataTypes = 9;
+constexpr int kNumDataTypes = 11;
 
 size_t DataTypeSize(DataType dtype);
 const char* DataTypeName(DataType dtype);

@@ -13,6 +13,8 @@ import dadt.torch as dadt
 DTYPES = [
     torch.uint8,
     torch.int8,
+    torch.int16,
+    torch.uint16,
     torch.int32,
     torch.int64,
     torch.float16,

@@ -90,6 +90,8 @@ Status MpiTypeAndOp(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_Op* mpi
   static const MPI_Op kNativeOps[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
   *mpi_op = kNativeOps[index];
   switch (dtype) {
+    case DataType::kInt16: *type = MPI_INT16_T; return Status::OK();
+    case DataType::kUint16: *type = MPI_UINT16_T; return Status::OK();
     case DataType::kInt32: *type = MPI_INT32_T; return Status::OK();
     case DataType::kInt64: *type = MPI_INT64_T; return Status::OK();
     case DataType::kFloat32: *type = MPI_FLOAT; return Status::OK();

@@ -81,6 +81,8 @@ template <> __device__ float FromFloat<float>(float f) { return f; }
 template <typename T> struct IntBounds;
 template <> struct IntBounds<uint8_t> { static constexpr uint8_t lo = 0, hi = 255; };
 template <> struct IntBounds<int8_t> { static constexpr int8_t lo = -128, hi = 127; };
+template <> struct IntBounds<int16_t> { static constexpr int16_t lo = -32768, hi = 32767; };
+template <> struct IntBounds<uint16_t> { static constexpr uint16_t lo = 0, hi = 65535; };
 template <> struct IntBounds<int32_t> { static constexpr int32_t lo = -2147483647 - 1, hi = 2147483647; };
 template <> struct IntBounds<int64_t> {
   static constexpr int64_t lo = -9223372036854775807LL - 1, hi = 9223372036854775807LL;
@@ -154,6 +156,8 @@ bool WithElementType(void* buf, int type, F f) {
     case kScaleInt64: f(static_cast<int64_t*>(buf)); return true;
     case kScaleUint8: f(static_cast<uint8_t*>(buf)); return true;
     case kScaleInt8: f(static_cast<int8_t*>(buf)); return true;
+    case kScaleInt16: f(static_cast<int16_t*>(buf)); return true;
+    case kScaleUint16: f(static_cast<uint16_t*>(buf)); return true;
     default: return false;
   }
 }

@@ -34,7 +34,8 @@ cudaError_t LaunchCopyBatch(const CopyBatch& batch, cudaStream_t stream);
 
 // Element types of the scale kernel (dadt's DataType values, as the core numbers them).
 enum ScaleType : int { kScaleFloat16 = 4, kScaleBfloat16 = 5, kScaleFloat32 = 6, kScaleFloat64 = 7,
-                       kScaleInt32 = 2, kScaleInt64 = 3, kScaleUint8 = 0, kScaleInt8 = 1 };
+                       kScaleInt32 = 2, kScaleInt64 = 3, kScaleUint8 = 0, kScaleInt8 = 1,
+                       kScaleInt16 = 9, kScaleUint16 = 10 };
 cudaError_t LaunchScale(void* buf, int64_t count, int type, double factor, cudaStream_t stream);
 // buf[i] /= divisor, exactly as the host's DivideBuffer (integer division for integer types; the
 // 16-bit floats through float), for Average.

@@ -23,6 +23,11 @@ Status NcclTypeAndOp(DataType dtype, ReduceOp op, ncclDataType_t* type, ncclRedO
     case DataType::kFloat32: *type = ncclFloat32; break;
     case DataType::kFloat64: *type = ncclFloat64; break;
     case DataType::kBool: *type = ncclUint8; break;
+    case DataType::kInt16:
+    case DataType::kUint16:
+      return InvalidArgument(std::string("NCCL has no 16-bit integer type to reduce ") +
+                             DataTypeName(dtype) + " tensors on the GPU; reduce them as int32, or "
+                             "on CPU tensors");
     default: return InvalidArgument("NCCL: unknown data type");
   }
   const bool logical = dtype == DataType::kBool;

@@ -55,6 +55,21 @@ TEST(ReduceBinaryTest, Int8WrapsModulo256) {
                     DataType::kInt8);
 }
 
+TEST(ReduceBinaryTest, Int16WrapsModulo65536) {
+  CheckCase<int16_t>({{-32768, 5, -3, 32767}, {-1, -7, 4, 1},
+                      {32767, -2, 1, -32768}, {-32768, -7, -3, 1}, {-1, 5, 4, 32767},
+                      {-32768, -35, -12, 32767}},
+                     DataType::kInt16);
+}
+
+// 65535 * 65535 would overflow a signed int after promotion: the product is computed unsigned.
+TEST(ReduceBinaryTest, Uint16WrapsModulo65536) {
+  CheckCase<uint16_t>({{0, 1, 60000, 65535}, {3, 1, 10000, 65535},
+                       {3, 2, 4464, 65534}, {0, 1, 10000, 65535}, {3, 1, 60000, 65535},
+                       {0, 1, 17920, 1}},
+                      DataType::kUint16);
+}
+
 TEST(ReduceBinaryTest, Int32) {
   const int32_t max = std::numeric_limits<int32_t>::max();
   const int32_t min = std::numeric_limits<int32_t>::min();
@@ -219,6 +234,14 @@ TEST(ScaleBufferTest, IntegersTruncateTowardZeroAndSaturate) {
   uint8_t u[1] = {10};
   ASSERT_TRUE(ScaleBuffer(u, 1, DataType::kUint8, -1.0).ok());
   EXPECT_EQ(u[0], 0);
+  int16_t h[2] = {20000, -20000};
+  ASSERT_TRUE(ScaleBuffer(h, 2, DataType::kInt16, 2.0).ok());
+  EXPECT_EQ(h[0], 32767);
+  EXPECT_EQ(h[1], -32768);
+  uint16_t uh[2] = {40000, 7};
+  ASSERT_TRUE(ScaleBuffer(uh, 2, DataType::kUint16, 2.0).ok());
+  EXPECT_EQ(uh[0], 65535);
+  EXPECT_EQ(uh[1], 14);
   int64_t l[1] = {int64_t{1} << 40};
   ASSERT_TRUE(ScaleBuffer(l, 1, DataType::kInt64, 0.25).ok());
   EXPECT_EQ(l[0], int64_t{1} << 38);

@@ -61,7 +61,8 @@ _capsule_set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 # NumPy dtype name -> (DLPack code, bits). bfloat16 is ml_dtypes' extension type.
 _CODES = {
-    "uint8": (_UINT, 8), "int8": (_INT, 8), "int32": (_INT, 32), "int64": (_INT, 64),
+    "uint8": (_UINT, 8), "int8": (_INT, 8), "int16": (_INT, 16), "uint16": (_UINT, 16),
+    "int32": (_INT, 32), "int64": (_INT, 64),
     "float16": (_FLOAT, 16), "bfloat16": (_BFLOAT, 16), "float32": (_FLOAT, 32),
     "float64": (_FLOAT, 64), "bool": (_BOOL, 8),
 }

@@ -9,7 +9,7 @@ averages gradients, and parameter broadcast.
     tx = optax.chain(dadt.average_gradients(), optax.adam(1e-3))   # or dadt.DistributedOptimizer
 
 Collectives work eagerly and under jax.jit (as ordered host callbacks), on CPU arrays of dtype
-uint8, int8, int32, int64, float16, bfloat16, float32, float64 and bool. docs/frameworks.md has
+uint8, int8, int16, uint16, int32, int64, float16, bfloat16, float32, float64 and bool. docs/frameworks.md has
 the details and the migration guide.
 """
 

@@ -14,8 +14,8 @@
         hvd.broadcast_variables(opt.variables, root_rank=0)
 
 Collectives work eagerly and inside tf.function (as stateful ``tf.numpy_function`` ops), on CPU
-tensors and variables of dtype uint8, int8, int32, int64, float16, bfloat16, float32, float64 and
-bool. docs/frameworks.md has the details and the migration guide.
+tensors and variables of dtype uint8, int8, int16, uint16, int32, int64, float16, bfloat16, float32,
+float64 and bool. docs/frameworks.md has the details and the migration guide.
 """
 
 from dadt.common.frameworks import require as _require

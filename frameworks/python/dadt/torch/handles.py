@@ -20,8 +20,8 @@ from dadt.common.basics import _core, call, wait_all
 from dadt.common.exceptions import DadtInternalError, DeviceMismatchError
 from dadt.common.util import NOT_INITIALIZED, Average, collective_name
 
-_SUPPORTED_DTYPES = (torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
-                     torch.bfloat16, torch.float32, torch.float64, torch.bool)
+_SUPPORTED_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.uint16, torch.int32, torch.int64,
+                     torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool)
 
 
 class Member(NamedTuple):
