@@ -36,9 +36,10 @@ using testutil::Input;
 using testutil::Put;
 using testutil::RunRanks;
 
-constexpr DataType kAllTypes[] = {DataType::kUint8,   DataType::kInt8,     DataType::kInt32,
-                                  DataType::kInt64,   DataType::kFloat16,  DataType::kBfloat16,
-                                  DataType::kFloat32, DataType::kFloat64,  DataType::kBool};
+constexpr DataType kAllTypes[] = {DataType::kUint8,   DataType::kInt8,    DataType::kInt16,
+                                  DataType::kUint16,  DataType::kInt32,   DataType::kInt64,
+                                  DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
+                                  DataType::kFloat64, DataType::kBool};
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
 
 TEST_P(BackendConformanceTest, NameIsUpperCase) {

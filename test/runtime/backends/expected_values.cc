@@ -33,6 +33,8 @@ void Put(void* buf, int64_t i, DataType dtype, double v) {
     case DataType::kUint8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
     case DataType::kBool: static_cast<uint8_t*>(buf)[i] = v != 0; break;
     case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
+    case DataType::kInt16: static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(v); break;
+    case DataType::kUint16: static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(v); break;
     case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
     case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
     case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = EncodeHalf(v); break;
@@ -53,6 +55,8 @@ double Get(const void* buf, int64_t i, DataType dtype) {
     case DataType::kUint8:
     case DataType::kBool: return static_cast<const uint8_t*>(buf)[i];
     case DataType::kInt8: return static_cast<const int8_t*>(buf)[i];
+    case DataType::kInt16: return static_cast<const int16_t*>(buf)[i];
+    case DataType::kUint16: return static_cast<const uint16_t*>(buf)[i];
     case DataType::kInt32: return static_cast<const int32_t*>(buf)[i];
     case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
     case DataType::kFloat16: return DecodeHalf(static_cast<const uint16_t*>(buf)[i]);
@@ -72,7 +76,7 @@ double Get(const void* buf, int64_t i, DataType dtype) {
 // {-1, 1/2, 1, 2} stay exact in every dtype; int32/int64 are scaled to use their high bits.
 double Input(int rank, int64_t i, DataType dtype, ReduceOp op) {
   if (dtype == DataType::kBool) return (rank + i) % 3 == 0 ? 1 : 0;
-  const bool is_unsigned = dtype == DataType::kUint8;
+  const bool is_unsigned = dtype == DataType::kUint8 || dtype == DataType::kUint16;
   const bool is_float = dtype == DataType::kFloat16 || dtype == DataType::kBfloat16 ||
                         dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
   if (op == ReduceOp::kProduct) {
