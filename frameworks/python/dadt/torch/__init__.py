@@ -22,8 +22,8 @@ from dadt.common.basics import (start_timeline, stop_timeline, ccl_built, cross_
                                 nccl_built, rank, rocm_built, shutdown, size)
 from dadt.common.exceptions import (DadtInternalError, DeviceMismatchError, HorovodInternalError,
                                     TensorMismatchError)
-from dadt.torch.collectives import (allgather, allreduce, alltoall, broadcast, grouped_allreduce,
-                                    reducescatter)
+from dadt.torch.collectives import (allgather, allreduce, alltoall, broadcast, grouped_allgather,
+                                    grouped_allreduce, grouped_reducescatter, reducescatter)
 from dadt.torch.compression import Compression
 from dadt.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                                   broadcast_parameters)
@@ -31,7 +31,8 @@ from dadt.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgath
                                 allreduce_, allreduce_async, allreduce_async_, alltoall_async,
                                 barrier, broadcast_, broadcast_async, broadcast_async_,
                                 grouped_allreduce_, grouped_allreduce_async,
-                                grouped_allreduce_async_, join, poll, reducescatter_async,
+                                grouped_allgather_async, grouped_allreduce_async_,
+                                grouped_reducescatter_async, join, poll, reducescatter_async,
                                 synchronize)
 from dadt.torch.optimizer import DistributedOptimizer
 from dadt.torch.sync_batch_norm import SyncBatchNorm
@@ -52,7 +53,9 @@ __all__ = [
     "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",
     "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_async",
     "broadcast_", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
-    "reducescatter_async", "barrier", "join", "poll", "synchronize",
+    "reducescatter_async", "grouped_allgather", "grouped_allgather_async",
+    "grouped_reducescatter", "grouped_reducescatter_async", "barrier", "join", "poll",
+    "synchronize",
     # training helpers
     "Compression", "DistributedOptimizer", "SyncBatchNorm", "broadcast_parameters",
     "broadcast_optimizer_state",

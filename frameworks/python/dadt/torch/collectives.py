@@ -9,13 +9,13 @@ on), so they can sit inside a model's forward pass. The asynchronous and in-plac
 import torch
 
 from dadt.common.basics import rank, size
-from dadt.common.util import Average, handle_average_backwards_compatibility
+from dadt.common.util import Average, Sum, handle_average_backwards_compatibility
 from dadt.torch import mpi_ops
 from dadt.torch.compression import Compression
 from dadt.torch.handles import synchronize
 
-__all__ = ["allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall",
-           "reducescatter"]
+__all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
+           "alltoall", "reducescatter", "grouped_reducescatter"]
 
 
 class _Allreduce(torch.autograd.Function):
@@ -144,6 +144,31 @@ def allgather(tensor, name=None) -> torch.Tensor:
     return _Allgather.apply(tensor, name)
 
 
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, *tensors):
+        ctx.dims = [t.shape[0] if t.dim() > 0 else 1 for t in tensors]
+        return tuple(synchronize(mpi_ops.grouped_allgather_async(list(tensors), name)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        # As allgather's: the average over ranks of each gathered gradient, this rank's rows.
+        grads = grouped_allreduce([g.contiguous() for g in grad_outputs], op=Average)
+        dims = allgather(torch.tensor([ctx.dims], dtype=torch.int64))  # ranks x members
+        offsets = dims[:rank()].sum(dim=0).tolist()
+        return (None,) + tuple(g.narrow(0, int(o), d) for g, o, d in zip(grads, offsets, ctx.dims))
+
+
+def grouped_allgather(tensors, name=None):
+    """Allgathers a list of tensors, negotiated together (members named ``'<name>.<i>'``);
+    gradients flow as for `allgather()`.
+
+    Returns:
+        A list of tensors, each as `allgather()` returns it for the member.
+    """
+    return list(_GroupedAllgather.apply(name, *tensors))
+
+
 class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name):
@@ -227,10 +252,16 @@ def alltoall(tensor, splits=None, name=None):
     return output if splits is None else (output, received_splits)
 
 
+def _reducescatter_grad_scale(op, prescale_factor, postscale_factor):
+    """Horovod's reducescatter gradient: the allgathered gradient times the scale factors, and
+    times the number of ranks for Sum (for Average, not divided by it)."""
+    return prescale_factor * postscale_factor * (size() if op == Sum else 1)
+
+
 class _Reducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
-        ctx.scale = prescale_factor * postscale_factor / (size() if op == Average else 1)
+        ctx.scale = _reducescatter_grad_scale(op, prescale_factor, postscale_factor)
         return synchronize(mpi_ops.reducescatter_async(tensor, name, op, prescale_factor,
                                                        postscale_factor))
 
@@ -272,3 +303,29 @@ def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_
     tensor_compressed, ctx = compression.compress(tensor)
     reduced = _Reducescatter.apply(tensor_compressed, name, op, prescale_factor, postscale_factor)
     return compression.decompress(reduced, ctx)
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
+        ctx.scale = _reducescatter_grad_scale(op, prescale_factor, postscale_factor)
+        return tuple(synchronize(mpi_ops.grouped_reducescatter_async(
+            list(tensors), name, op, prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        grads = grouped_allgather([g.contiguous() for g in grad_outputs])
+        if ctx.scale != 1:
+            grads = [g * ctx.scale for g in grads]
+        return (None, None, None, None) + tuple(grads)
+
+
+def grouped_reducescatter(tensors, name=None, op=Average, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """Reducescatters a list of tensors, negotiated together (members named ``'<name>.<i>'``);
+    gradients flow as for `reducescatter()`.
+
+    Returns:
+        A list of tensors, each this rank's share of the member, reduced across all processes.
+    """
+    return list(_GroupedReducescatter.apply(name, op, prescale_factor, postscale_factor, *tensors))

@@ -23,7 +23,8 @@ __all__ = [
     "allreduce_async", "allreduce_async_", "allreduce_",
     "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_allreduce_",
     "allgather_async", "broadcast_async", "broadcast_async_", "broadcast_",
-    "alltoall_async", "reducescatter_async", "barrier", "join", "poll", "synchronize",
+    "alltoall_async", "reducescatter_async", "grouped_allgather_async",
+    "grouped_reducescatter_async", "barrier", "join", "poll", "synchronize",
 ]
 
 
@@ -90,29 +91,35 @@ def allreduce_(tensor, average=None, name=None, op=None,
                                         postscale_factor))
 
 
-def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor):
+def _group(kind, tensors, name):
+    """Checks a grouped collective's members (everything the runtime could refuse, before any is
+    enqueued: a refused member would leave the ones before it waiting for a group that never
+    completes) and returns (tensors, member names, group id)."""
     tensors = list(tensors)
     if not tensors:
-        raise ValueError("grouped allreduce needs at least one tensor")
-    name = auto_name("grouped_allreduce", name)
+        raise ValueError("grouped %s needs at least one tensor" % kind)
+    name = auto_name("grouped_" + kind, name)
     names = ["%s.%d" % (name, i) for i in range(len(tensors))]
-    # Check everything the runtime could refuse before enqueuing any member: a refused member would
-    # leave the ones before it waiting for a group that never completes.
     for tensor, member in zip(tensors, names):
         check_tensor(tensor, member)
         if member in handles._names_in_flight:
             raise ValueError("a collective named '%s' is already in flight on this rank" % member)
+    check_same_device(tensors, names)
+    # The id names the group on every rank alike, whatever order ranks submit groups in: a hash
+    # of the member names (unique among in-flight collectives by contract).
+    digest = hashlib.blake2b("\0".join(names).encode(), digest_size=8).digest()
+    return tensors, names, int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor):
+    tensors, names, group_id = _group("allreduce", tensors, name)
+    for tensor, member in zip(tensors, names):
         if tensor.dtype == torch.bool and (op == Average or prescale_factor != 1.0
                                            or postscale_factor != 1.0):
             raise ValueError("tensor '%s' is bool: Average and scale factors are not defined for "
                              "bool; use Sum or Max (logical or) or Min or Product (logical and)"
                              % member)
-    check_same_device(tensors, names)
     outputs = tensors if outputs is None else outputs(tensors)
-    # The id names the group on every rank alike, whatever order ranks submit groups in: a hash
-    # of the member names (unique among in-flight collectives by contract).
-    digest = hashlib.blake2b("\0".join(names).encode(), digest_size=8).digest()
-    group_id = int.from_bytes(digest, "little") & (2**63 - 1)
     members = [enqueue(OP_ALLREDUCE, member, tensor, output, op, prescale_factor,
                        postscale_factor, group_id=group_id, group_size=len(tensors))
                for tensor, output, member in zip(tensors, outputs, names)]
@@ -343,6 +350,39 @@ def reducescatter_async(tensor, name=None, op=Average,
     if out is not None:
         return register([member], out)
     return register([member], finish=lambda hs: take_output(hs[0], tensor))
+
+
+def grouped_allgather_async(tensors, name=None) -> int:
+    """Asynchronous allgather of a list of tensors, negotiated together: no member starts before
+    every member is ready on every rank. Members are named ``'<name>.<i>'``. Arguments and
+    per-tensor results are those of `allgather_async()`.
+
+    Returns:
+        A handle; `synchronize()` returns the list of gathered tensors.
+    """
+    tensors, names, group_id = _group("allgather", tensors, name)
+    members = [enqueue(OP_ALLGATHER, member, tensor, group_id=group_id, group_size=len(tensors))
+               for tensor, member in zip(tensors, names)]
+    return register(members, finish=lambda hs: [take_output(h, t) for h, t in zip(hs, tensors)])
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average,
+                                prescale_factor=1.0, postscale_factor=1.0) -> int:
+    """Asynchronous reducescatter of a list of tensors, negotiated together. Members are named
+    ``'<name>.<i>'``. Arguments and per-tensor results are those of `reducescatter_async()`.
+
+    Returns:
+        A handle; `synchronize()` returns the list of this rank's reduced shares.
+    """
+    tensors, names, group_id = _group("reducescatter", tensors, name)
+    for tensor, member in zip(tensors, names):
+        if tensor.dim() == 0:
+            raise ValueError("reducescatter of tensor '%s': a scalar has no first dimension to "
+                             "scatter" % member)
+    members = [enqueue(OP_REDUCESCATTER, member, tensor, None, op, prescale_factor,
+                       postscale_factor, group_id=group_id, group_size=len(tensors))
+               for tensor, member in zip(tensors, names)]
+    return register(members, finish=lambda hs: [take_output(h, t) for h, t in zip(hs, tensors)])
 
 
 def barrier() -> None:
