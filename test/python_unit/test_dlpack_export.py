@@ -18,7 +18,8 @@ from dadt.common import dlpack
 torch = pytest.importorskip("torch", reason="torch reads the capsules back")
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 comes from ml_dtypes (with TF and JAX)")
 
-DTYPES = ["uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool"]
+DTYPES = ["uint8", "int8", "int16", "uint16", "int32", "int64", "float16", "bfloat16", "float32",
+          "float64", "bool"]
 SHAPES = [(), (0,), (7,), (3, 5), (2, 0, 3)]
 
 
@@ -78,7 +79,7 @@ def test_capsule_refuses_a_strided_view():
 def test_supported_dtypes():
     for name in DTYPES:
         assert dlpack.is_supported(dlpack.numpy_dtype(name))
-    for other in (np.int16, np.uint32, np.complex64, np.float128 if hasattr(np, "float128") else object):
+    for other in (np.uint32, np.uint64, np.complex64, np.float128 if hasattr(np, "float128") else object):
         assert not dlpack.is_supported(np.dtype(other))
 
 
