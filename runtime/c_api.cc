@@ -12,6 +12,8 @@
 
 #include "runtime/backends/backend.h"
 #include "runtime/backends/device.h"
+#include "runtime/common/env.h"
+#include "runtime/core/op_layout.h"
 #include "runtime/core/runtime.h"
 
 namespace {
@@ -296,6 +298,25 @@ int dadt_stop_timeline(void) {
   if (!rt) return DADT_OK;
   Status s = rt->StopTimeline();
   return s.ok() ? DADT_OK : Fail(s);
+}
+
+int dadt_scatter_rows(int64_t rows, int size, int rank, int64_t* first_row, int64_t* count) {
+  if (rows < 0 || size < 1 || rank < 0 || rank >= size) {
+    return Fail(dadt::InvalidArgument("dadt_scatter_rows: bad arguments: rows " +
+                                      std::to_string(rows) + ", rank " + std::to_string(rank) +
+                                      " of size " + std::to_string(size)));
+  }
+  *first_row = dadt::core::ScatterFirstRow(rows, size, rank);
+  *count = dadt::core::ScatterRows(rows, size, rank);
+  return DADT_OK;
+}
+
+int dadt_env_fusion_threshold(int64_t* bytes, int* is_set) {
+  StatusOr<int64_t> value = dadt::env::GetFusionThreshold();
+  if (!value.ok()) return Fail(value.status());
+  *bytes = *value;
+  *is_set = dadt::env::IsSet(dadt::env::kFusionThreshold) ? 1 : 0;
+  return DADT_OK;
 }
 
 int dadt_set_fusion_params(int64_t fusion_threshold_bytes, double cycle_time_ms) {

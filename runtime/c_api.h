@@ -140,6 +140,18 @@ int dadt_cuda_copy_batch(const uintptr_t* src, const uintptr_t* dst, const int64
  * not initialized. */
 int dadt_mpi_threads_supported(void);
 
+/* Rules the framework front ends must share with the runtime. Both need no running runtime. */
+/* Rank `rank`'s share of a reducescatter over `size` ranks of a tensor whose first dimension has
+ * `rows` rows, by the runtime's rule (rows / size each, one more for the first rows % size
+ * ranks): its first row and its row count. DADT_OK, or DADT_ERR_INVALID_ARGUMENT (rows < 0,
+ * size < 1, or rank outside [0, size)). */
+int dadt_scatter_rows(int64_t rows, int size, int rank, int64_t* first_row, int64_t* count);
+/* DADT_FUSION_THRESHOLD as dadt_init reads it: its value in bytes with *is_set = 1, or the
+ * runtime's default (128 MiB) with *is_set = 0 when it is unset or empty. DADT_OK, or
+ * DADT_ERR_INVALID_ARGUMENT when it is not an integer >= 0 (`1e6`, `-1`), with the message that
+ * dadt_init gives in dadt_last_error(). */
+int dadt_env_fusion_threshold(int64_t* bytes, int* is_set);
+
 /* Timeline: rank 0 writes every tensor's phases to `path` as Chrome trace JSON (valid JSON at
  * every moment); other ranks return DADT_OK and do nothing. mark_cycles adds CYCLE_START marks. */
 int dadt_start_timeline(const char* path, int mark_cycles);

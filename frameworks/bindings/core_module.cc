@@ -300,6 +300,18 @@ PYBIND11_MODULE(_core, m) {
     if (dadt_set_fusion_params(fusion_threshold_bytes, cycle_time_ms) != DADT_OK) ThrowLastError();
   }, py::arg("fusion_threshold_bytes") = -1, py::arg("cycle_time_ms") = -1.0,
         "Changes the fusion threshold / cycle time of the running job (negative: keep).");
+  m.def("scatter_rows", [](int64_t rows, int size, int rank) {
+    int64_t first_row = 0, count = 0;
+    CheckStatus(dadt_scatter_rows(rows, size, rank, &first_row, &count));
+    return py::make_tuple(first_row, count);
+  }, py::arg("rows"), py::arg("size"), py::arg("rank"),
+        "(first_row, count): `rank`'s rows of a reducescatter of `rows` rows over `size` ranks.");
+  m.def("env_fusion_threshold", [] {
+    int64_t bytes = 0;
+    int is_set = 0;
+    CheckStatus(dadt_env_fusion_threshold(&bytes, &is_set));
+    return py::make_tuple(bytes, is_set != 0);
+  }, "(bytes, is_set): DADT_FUSION_THRESHOLD as the runtime reads it, or (its default, False).");
   m.def("shutdown", &Shutdown, "Stops the runtime; pending handles fail with ERR_ABORTED.");
   m.def("is_initialized", [] { return dadt_is_initialized() != 0; });
   m.def("rank", &dadt_rank, "-1 when not initialized (as the other geometry calls).");

@@ -51,5 +51,17 @@ StatusOr<bool> GetBool(const char* name, bool fallback) {
   return InvalidArgument(std::string(name) + "='" + v + "' is not a boolean (use 1 or 0)");
 }
 
+StatusOr<int64_t> GetFusionThreshold(int64_t fallback) {
+  const std::string value = GetString(kFusionThreshold);
+  if (value.empty()) return fallback;
+  StatusOr<int64_t> bytes = GetInt(kFusionThreshold, fallback);
+  if (!bytes.ok() || *bytes < 0) {
+    return InvalidArgument(std::string(kFusionThreshold) + "='" + value +
+                           "' is not a number of bytes: it takes an integer >= 0, such as " +
+                           "1048576 (dadtrun --fusion-threshold-mb takes megabytes)");
+  }
+  return bytes;
+}
+
 }  // namespace env
 }  // namespace dadt

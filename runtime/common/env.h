@@ -90,5 +90,11 @@ StatusOr<int64_t> GetInt(const char* name, int64_t fallback);
 StatusOr<double> GetDouble(const char* name, double fallback);
 StatusOr<bool> GetBool(const char* name, bool fallback);
 
+// DADT_FUSION_THRESHOLD in bytes: an integer >= 0, or `fallback` when unset or empty. The runtime
+// (RuntimeOptions::FromEnv) and the front ends (dadt_env_fusion_threshold, which the Python
+// training modes use for their bucket size) read the variable only through this function, so a
+// value such as `1e6` is refused everywhere with the same message.
+StatusOr<int64_t> GetFusionThreshold(int64_t fallback = kDefaultFusionThresholdBytes);
+
 }  // namespace env
 }  // namespace dadt

@@ -28,6 +28,13 @@ inline Shape WithFirstDim(const Shape& shape, int64_t first) {
 // for the first d0 % size ranks.
 inline int64_t ScatterRows(int64_t d0, int size, int i) { return d0 / size + (i < d0 % size ? 1 : 0); }
 
+// First row of rank i's share in a reducescatter: the rows of the ranks before it.
+inline int64_t ScatterFirstRow(int64_t d0, int size, int i) {
+  int64_t row = 0;
+  for (int j = 0; j < i; ++j) row += ScatterRows(d0, size, j);
+  return row;
+}
+
 // Elements each rank receives in a reducescatter of `shape` over `size` ranks.
 inline std::vector<int64_t> ScatterCounts(const Shape& shape, int size) {
   const int64_t d0 = shape.empty() ? 1 : shape[0];

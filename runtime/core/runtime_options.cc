@@ -23,8 +23,7 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   DADT_ASSIGN_OR_RETURN(o.local_size, first_int(env::kLocalSize, env::kTorchLocalWorldSize, o.size));
   DADT_ASSIGN_OR_RETURN(o.cross_rank, env::GetInt(env::kCrossRank, 0));
   DADT_ASSIGN_OR_RETURN(o.cross_size, env::GetInt(env::kCrossSize, 1));
-  DADT_ASSIGN_OR_RETURN(o.fusion_threshold_bytes,
-                  env::GetInt(env::kFusionThreshold, env::kDefaultFusionThresholdBytes));
+  DADT_ASSIGN_OR_RETURN(o.fusion_threshold_bytes, env::GetFusionThreshold());
   DADT_ASSIGN_OR_RETURN(o.cycle_time_ms, env::GetDouble(env::kCycleTime, env::kDefaultCycleTimeMs));
   DADT_ASSIGN_OR_RETURN(o.cache_capacity, env::GetInt(env::kCacheCapacity, env::kDefaultCacheCapacity));
   DADT_ASSIGN_OR_RETURN(o.eager_threshold_bytes,
@@ -75,7 +74,6 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
     return InvalidArgument("bad job geometry: rank " + std::to_string(o.rank) + " of size " +
                            std::to_string(o.size) + " (DADT_RANK/DADT_SIZE)");
   }
-  if (o.fusion_threshold_bytes < 0) return InvalidArgument("DADT_FUSION_THRESHOLD must be >= 0");
   if (o.cycle_time_ms < 0) return InvalidArgument("DADT_CYCLE_TIME must be >= 0");
   return o;
 }

@@ -318,7 +318,7 @@ def test_a_large_gradient_is_reduced_where_autograd_left_it(world, nm, mode):
     grad = weight.grad  # its collective has started: reading it now would race
     opt.step()
     opt.synchronize()
-    bucket, _ = opt._engine._where[weight]
+    bucket, _ = opt._engine.bucket_of(weight)
     assert bucket.params == [weight] and bucket._buffers == [None] * bucket.copies
     assert weight.grad is grad
     assert torch.allclose(grad, expected, rtol=1e-6, atol=1e-7)

@@ -14,6 +14,15 @@ TEST(OpLayout, ScatterGivesTheFirstRanksOneMoreRow) {
   EXPECT_EQ(ScatterCounts({}, 1), (std::vector<int64_t>{1}));  // a scalar is one row
 }
 
+TEST(OpLayout, ScatterFirstRowIsTheRowsOfTheRanksBefore) {
+  // 7 rows over 3 ranks: 3, 2, 2 rows starting at 0, 3, 5.
+  EXPECT_EQ(ScatterFirstRow(7, 3, 0), 0);
+  EXPECT_EQ(ScatterFirstRow(7, 3, 1), 3);
+  EXPECT_EQ(ScatterFirstRow(7, 3, 2), 5);
+  EXPECT_EQ(ScatterFirstRow(2, 4, 3), 2);  // ranks 2 and 3 get no row, after the last one
+  EXPECT_EQ(ScatterFirstRow(0, 2, 1), 0);
+}
+
 TEST(OpLayout, AllgatherBytesAndShapeFollowEachRanksRows) {
   GatherLayout l = AllgatherLayout({2, 3}, DataType::kFloat16, {2, 0, 5}, 3);
   EXPECT_EQ(l.bytes, (std::vector<int64_t>{12, 0, 30}));

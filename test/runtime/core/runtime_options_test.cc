@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "runtime/common/env.h"
 #include "runtime/core/runtime.h"
 
 namespace dadt {
@@ -60,6 +61,27 @@ TEST(RuntimeOptionsTest, GlooThreadsDefaultsToTwoAndReachesTheOptions) {
 
 TEST(RuntimeOptionsTest, BadGlooThreadsNameTheVariable) {
   ExpectRefused("DADT_GLOO_THREADS", {"0", "-2", "16", "two"});
+}
+
+TEST(RuntimeOptionsTest, FusionThresholdIsAnIntegerNumberOfBytes) {
+  auto defaults = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->fusion_threshold_bytes, env::kDefaultFusionThresholdBytes);
+  ScopedEnv set("DADT_FUSION_THRESHOLD", "0");
+  auto options = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(options.ok()) << options.status().ToString();
+  EXPECT_EQ(options->fusion_threshold_bytes, 0);
+}
+
+// The Python training modes read the variable with the same function (dadt_env_fusion_threshold).
+TEST(RuntimeOptionsTest, BadFusionThresholdIsRefusedWithOneMessage) {
+  ExpectRefused("DADT_FUSION_THRESHOLD", {"1e6", "-1", "64MB", "1.5"});
+  ScopedEnv set("DADT_FUSION_THRESHOLD", "1e6");
+  auto options = RuntimeOptions::FromEnv();
+  ASSERT_FALSE(options.ok());
+  EXPECT_EQ(options.status().message(), env::GetFusionThreshold().status().message());
+  EXPECT_NE(options.status().message().find("'1e6' is not a number of bytes"), std::string::npos)
+      << options.status().message();
 }
 
 TEST(RuntimeOptionsTest, RealtimeThreadsAreOptIn) {

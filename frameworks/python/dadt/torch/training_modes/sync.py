@@ -1,0 +1,251 @@
+"""The "sync" training mode (Horovod's DistributedOptimizer): every gradient's allreduce starts
+from a backward hook the moment autograd has accumulated it, and step() waits for all of them,
+writes the averages into ``p.grad`` and runs the wrapped optimizer.
+
+Options only this mode takes: backward_passes_per_step > 1 (a parameter's allreduce starts at its
+last accumulated backward pass), groups (the members of a group go as one grouped allreduce once
+all have their gradient), sparse gradients (allgathered as indices and values, or reduced dense
+with sparse_as_dense), step(closure) and skip_synchronize().
+"""
+
+import warnings
+
+import torch
+
+from dadt.common.basics import size
+from dadt.common.util import Average, split_list
+from dadt.torch.functions import broadcast_object
+from dadt.torch.handles import synchronize
+from dadt.torch.mpi_ops import allgather_async, allreduce_async_, grouped_allreduce_async_
+from dadt.torch.training_modes.engine import ModeEngine, warn_dropped_pending
+
+
+class SyncEngine(ModeEngine):
+    """Horovod's behaviour: averaged gradients of this step, applied by this step."""
+
+    name = "sync"
+
+    @classmethod
+    def create(cls, host, params, *, model, bucket_bytes, groups):
+        return cls(host, params, groups)
+
+    def __init__(self, host, params, groups=None):
+        self._host = host
+        self._allreduce_delay = {v: host.backward_passes_per_step for v in params}
+        self._handles = {}        # param (or tuple of params, for a group) -> (handle, ctx)
+        self._hook_handles = []
+        self._requires_update = set()
+        self._synchronized = False
+        _check_groups(groups)
+        self._groups = groups
+        self._p_to_group = {}
+        self._group_counts = {}
+        if size() > 1:
+            self._register_hooks()
+
+    # -- the ModeEngine interface -----------------------------------------------------------------
+    def step(self, closure, should_synchronize):
+        if should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        return self._host.base_step(closure)
+
+    def synchronize(self):
+        """Waits for every gradient allreduce and writes the averaged gradients into ``p.grad``,
+        first submitting the allreduce of every gradient not submitted yet: parameters that got
+        no gradient on this rank, or fewer than backward_passes_per_step backward passes."""
+        submitted = set()
+        for key, (handle, _) in self._handles.items():
+            if isinstance(key, tuple):
+                submitted.update(key)
+            elif handle is not None:
+                submitted.add(key)
+        # Sorted by name, so every rank submits (and numbers its groups) in the same order.
+        missing = sorted(self._requires_update - submitted, key=self._host.name_of)
+        if self._groups is None:
+            for p in missing:
+                self._handles[p] = self._allreduce_grad_async(p)
+        else:
+            for group in dict.fromkeys(self._p_to_group[p] for p in missing):
+                for gp in group:
+                    self._handles.pop(gp, None)
+                self._handles[group] = self._grouped_allreduce_grad_async(group)
+
+        passes = self._host.backward_passes_per_step
+        for p, (handle, ctx) in self._handles.items():
+            if isinstance(p, tuple):
+                outputs = synchronize(handle)
+                for gp, output, gctx in zip(p, outputs, ctx):
+                    self._allreduce_delay[gp] = passes
+                    self._set_grad(gp, output, gctx)
+                self._group_counts[p] = 0
+                continue
+            output = handle() if callable(handle) else synchronize(handle)
+            self._allreduce_delay[p] = passes
+            if self._groups is not None:
+                self._group_counts[self._p_to_group[p]] = 0
+            self._set_grad(p, output, ctx)
+        self._handles.clear()
+        self._synchronized = True
+
+    def before_zero_grad(self, set_to_none):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race condition.")
+
+    def set_backward_passes_per_step(self, passes):
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def load_checkpoint_state(self, pending):
+        warn_dropped_pending(pending, self.name)
+        self._handles = {}
+        self._synchronized = False
+        self.set_backward_passes_per_step(self._host.backward_passes_per_step)
+
+    def remove_hooks(self):
+        for h in self._hook_handles:
+            if hasattr(h, "remove"):
+                h.remove()
+        self._hook_handles = []
+
+    # -- hooks --------------------------------------------------------------------------------------
+    def _register_hooks(self):
+        name_of = self._host.name_of
+        p_list = [p for group in self._host.param_groups for p in group["params"]
+                  if p.requires_grad]
+        if self._groups is not None:
+            # Every rank must form the same groups in the same order: take rank 0's order.
+            names = broadcast_object([name_of(p) for p in p_list], root_rank=0,
+                                     name="DistributedOptimizer.parameter_order")
+            order = {n: i for i, n in enumerate(names)}
+            p_list = sorted(p_list, key=lambda p: order[name_of(p)])
+            if isinstance(self._groups, list):
+                listed = {id(p) for p in p_list}
+                p_groups = [[p for p in group if id(p) in listed] for group in self._groups]
+                grouped = {id(p) for group in p_groups for p in group}
+                p_groups = [g for g in p_groups if g] + [[p] for p in p_list if id(p) not in grouped]
+            else:
+                p_groups = [g for g in split_list(p_list, self._groups) if g]
+            for group in map(tuple, p_groups):
+                for p in group:
+                    self._p_to_group[p] = group
+                self._group_counts[group] = 0
+
+        for p in p_list:
+            self._requires_update.add(p)
+            hook = self._make_hook(p)
+            if hasattr(p, "register_post_accumulate_grad_hook"):
+                self._hook_handles.append(p.register_post_accumulate_grad_hook(hook))
+            else:  # torch < 2.1: hook the gradient accumulator
+                grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._hook_handles.append(grad_acc.register_hook(hook))
+                self._hook_handles.append(grad_acc)  # keep the accumulator alive
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if p in self._handles and self._handles[p][0] is not None:
+                if self._allreduce_delay[p] <= 0:
+                    raise AssertionError(
+                        "Gradients were computed more than backward_passes_per_step times "
+                        "before call to step(). Increase backward_passes_per_step to accumulate "
+                        "gradients locally.")
+            assert not p.grad.requires_grad
+            assert self._allreduce_delay[p] > 0
+            handle, ctx = None, None
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                if self._groups is not None:
+                    group = self._p_to_group[p]
+                    self._group_counts[group] += 1
+                    if self._group_counts[group] == len(group):
+                        self._handles[group] = self._grouped_allreduce_grad_async(group)
+                        for gp in group:  # drop the placeholders of the other members
+                            self._handles.pop(gp, None)
+                        self._group_counts[group] = 0
+                        return
+                else:
+                    handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+        return hook
+
+    # -- collectives --------------------------------------------------------------------------------
+    def _grad_name(self, p):
+        return "grad." + self._host.name_of(p)
+
+    def _allreduce_grad_async(self, p):
+        if p.grad is None:
+            # Gradient was not computed, but we still need to submit a tensor to allreduce
+            # as one of the other ranks may have computed it (due to dynamic forward functions).
+            p.grad = torch.zeros_like(p)
+        tensor = p.grad
+        if tensor.is_sparse:
+            if not self._host.sparse_as_dense:
+                return self._sparse_allreduce_grad_async(p)
+            tensor = tensor.to_dense()
+        tensor_compressed, ctx = self._host.compress(tensor)
+        op, prescale, postscale = self._host.reduction()
+        handle = allreduce_async_(tensor_compressed.contiguous(), name=self._grad_name(p), op=op,
+                                  prescale_factor=prescale, postscale_factor=postscale)
+        return handle, ctx
+
+    def _sparse_allreduce_grad_async(self, p):
+        """Sparse gradients: allgather indices and values; the sum is their concatenation."""
+        grad = p.grad.coalesce()
+        name = self._grad_name(p)
+        h_indices = allgather_async(grad.indices().t().contiguous(), name=name + ".indices")
+        h_values = allgather_async(grad.values().contiguous(), name=name + ".values")
+
+        def finish():
+            indices, values = synchronize(h_indices).t(), synchronize(h_values)
+            if self._host.op == Average:
+                values = values / size()
+            return torch.sparse_coo_tensor(indices, values, grad.size())
+        return finish, None
+
+    def _grouped_allreduce_grad_async(self, ps):
+        """Sparse gradients in a group travel dense (as with sparse_as_dense)."""
+        for p in ps:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        dense = [p.grad.to_dense() if p.grad.is_sparse else p.grad for p in ps]
+        compressed, ctxs = zip(*[self._host.compress(t) for t in dense])
+        op, prescale, postscale = self._host.reduction()
+        handle = grouped_allreduce_async_([t.contiguous() for t in compressed],
+                                          name="grad.group." + self._host.name_of(ps[0]),
+                                          op=op, prescale_factor=prescale,
+                                          postscale_factor=postscale)
+        return handle, ctxs
+
+    def _set_grad(self, p, output, ctx):
+        aggregated = self._host.decompress(output, ctx)
+        if p.grad.is_sparse:
+            if not aggregated.is_sparse:  # reduced dense: back to sparse for the update
+                aggregated = aggregated.to_sparse()
+            p.grad = aggregated
+        else:
+            p.grad.set_(aggregated)
+
+
+def _check_groups(groups):
+    if groups is None:
+        return
+    if not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+        raise ValueError("groups should be a non-negative integer or a list of list of "
+                         "torch.Tensor.")
+    if isinstance(groups, list):
+        seen = set()
+        for group in groups:
+            for p in group:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor.")
+                if id(p) in seen:
+                    raise ValueError("A parameter can only appear once in groups.")
+                seen.add(id(p))
