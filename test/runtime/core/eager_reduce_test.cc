@@ -110,11 +110,11 @@ TEST_P(EagerReduceTest, IntegerAverageDividesLikeTheDataPlane) {
 INSTANTIATE_TEST_SUITE_P(Ranks, EagerReduceTest, ::testing::Values(1, 2, 3, 4, 7));
 
 // Every rank must get bit-identical results, so the order of the reduction is fixed: rank 0, 1, 2.
-// In float32, (1e8 + 1) - 1e8 is 0 while (1e8 - 1e8) + 1 is 1.
+// In float32, (1 + 1e8) - 1e8 is 0 while (-1e8 + 1e8) + 1, the reverse order, is 1.
 TEST(EagerReduce, ReducesInRankOrder) {
   std::vector<Request> by_rank = {
-      Eager(0, DataType::kFloat32, {1}, Bytes(std::vector<float>{1e8f})),
-      Eager(1, DataType::kFloat32, {1}, Bytes(std::vector<float>{1.0f})),
+      Eager(0, DataType::kFloat32, {1}, Bytes(std::vector<float>{1.0f})),
+      Eager(1, DataType::kFloat32, {1}, Bytes(std::vector<float>{1e8f})),
       Eager(2, DataType::kFloat32, {1}, Bytes(std::vector<float>{-1e8f})),
   };
   Response resp;
