@@ -303,6 +303,48 @@ TEST_P(ExecutorTest, BroadcastCopiesTheRootsTensorToEveryRank) {
   });
 }
 
+// A caller-supplied output of the wrong size on one rank is that rank's error on that tensor:
+// its handle fails naming the tensor, the other ranks' collective still completes (they are in it
+// already and must not wait for a rank that skipped it), and the job goes on.
+TEST_P(ExecutorTest, WrongSizedOutputOnOneRankFailsOnlyThatRanksTensor) {
+  const int n = size();
+  RunRanks("gloo", n, [&](int rank, backends::Backend& backend) {
+    RankState s(&backend, rank, n);
+    const bool wrong = rank == 0;
+    // Allgather of one row of 2 floats per rank into a caller output.
+    std::vector<float> in = {float(rank), float(rank) + 0.5f};
+    std::vector<float> out(2 * n + (wrong ? 1 : 0), -1.0f);
+    TensorEntry e = Entry(OpType::kAllgather, "ag", DataType::kFloat32, {1, 2}, in.data(), out.data());
+    e.output_bytes = static_cast<int64_t>(out.size() * sizeof(float));
+    const int64_t h = s.Add(e);
+    EXPECT_OK(s.executor.Execute(Make(Response::Type::kAllgather, {"ag"}, std::vector<int64_t>(n, 1)),
+                                 s.entries));
+    // Reducescatter of n rows into a caller output of one row.
+    std::vector<float> rin(n, 1.0f), rout(wrong ? 2 : 1, -1.0f);
+    TensorEntry re = Entry(OpType::kReducescatter, "rs", DataType::kFloat32, {n}, rin.data(), rout.data());
+    re.output_bytes = static_cast<int64_t>(rout.size() * sizeof(float));
+    const int64_t hr = s.Add(re);
+    EXPECT_OK(s.executor.Execute(Make(Response::Type::kReducescatter, {"rs"}, {}), s.entries));
+    Status st = s.handles.Wait(h), rst = s.handles.Wait(hr);
+    if (wrong) {
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(st.message().find("'ag'"), std::string::npos) << st.message();
+      EXPECT_EQ(rst.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(rst.message().find("'rs'"), std::string::npos) << rst.message();
+    } else {
+      EXPECT_OK(st);
+      for (int q = 0; q < n; ++q) {
+        EXPECT_EQ(out[2 * q], float(q));
+        EXPECT_EQ(out[2 * q + 1], float(q) + 0.5f);
+      }
+      EXPECT_OK(rst);
+      EXPECT_EQ(rout[0], float(n));
+    }
+    EXPECT_TRUE(s.NameFree("ag"));
+    EXPECT_TRUE(s.NameFree("rs"));
+  }, /*timeout=*/std::chrono::seconds(20));
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, ExecutorTest, ::testing::Values(1, 2, 3, 4));
 
 TEST(Executor, MismatchErrorReachesEveryNamedTensorAndDoesNotBreakTheJob) {
