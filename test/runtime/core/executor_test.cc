@@ -5,16 +5,21 @@
 // reducescatter and broadcast, barrier and join results, and the errors: a mismatch reaches every
 // tensor's handle, a wrong-sized output names its tensor, a backend failure completes every fused
 // tensor and breaks the job, a GPU tensor without a GPU data plane fails only its own handle.
-// After any completion the tensor's name is free again.
+// After any completion the tensor's name is free again. Timeline bars nest per tensor and close
+// on error paths too.
 #include "runtime/core/executor.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "test/runtime/backends/rank_threads.h"
+#include "timeline/event.h"
 
 #define ASSERT_OK(expr)                                      \
   do {                                                       \
@@ -30,8 +35,9 @@ using testutil::RunRanks;
 
 // One rank's side of the runtime that the executor talks to.
 struct RankState {
-  explicit RankState(backends::Backend* backend, int rank, int size)
-      : executor(backend, rank, size, &handles, &queue) {}
+  RankState(backends::Backend* backend, int rank, int size,
+            const timeline::EventStream* events = nullptr)
+      : executor(backend, rank, size, &handles, &queue, events) {}
 
   // Enqueues `e` as the runtime does (its name in flight, a handle) and hands it to the loop.
   int64_t Add(TensorEntry e) {
@@ -454,6 +460,60 @@ TEST(Executor, EagerAllreduceCopiesTheCoordinatorsResultOut) {
   EXPECT_OK(s.executor.Execute(r, s.entries));
   EXPECT_OK(s.handles.Wait(h));
   EXPECT_EQ(out, result);
+}
+
+// Records the timeline events of one tensor as "B:ACTIVITY" / "E:ACTIVITY".
+class RecordingSink : public timeline::EventSink {
+ public:
+  void Consume(const timeline::Event& e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const char* phase = e.phase == timeline::Phase::kBegin ? "B:" : e.phase == timeline::Phase::kEnd ? "E:" : "I:";
+    bars_[e.tensor].push_back(phase + e.activity);
+    if (e.phase == timeline::Phase::kEnd && !e.args.empty()) args_[e.tensor] = e.args;
+  }
+  std::vector<std::string> bars(const std::string& tensor) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return bars_[tensor];
+  }
+  std::string args(const std::string& tensor) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return args_[tensor];
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::vector<std::string>> bars_;
+  std::map<std::string, std::string> args_;
+};
+
+// Every tensor of a fused response gets its own nested bars, and every bar is closed, also when
+// the backend fails (timeline viewers would otherwise show a bar left open).
+TEST(Executor, TimelineBarsNestPerTensorAndCloseEvenOnFailure) {
+  for (const bool fail : {false, true}) {
+    SCOPED_TRACE(fail ? "backend fails" : "backend succeeds");
+    FakeBackend backend(fail ? Aborted("peer lost") : Status::OK());
+    timeline::EventStream events;
+    auto sink = std::make_shared<RecordingSink>();
+    events.AddSink(sink);
+    RankState s(&backend, 0, 1, &events);
+    std::vector<float> a(2), b(3), g(4);
+    s.Add(Entry(OpType::kAllreduce, "a", DataType::kFloat32, {2}, a.data(), a.data()));
+    s.Add(Entry(OpType::kAllreduce, "b", DataType::kFloat32, {3}, b.data(), b.data()));
+    (void)s.executor.Execute(Make(Response::Type::kAllreduce, {"a", "b"}, {2, 3}), s.entries);
+    std::vector<std::string> expected = {"B:ALLREDUCE", "B:MEMCPY_IN_FUSION_BUFFER",
+                                         "E:MEMCPY_IN_FUSION_BUFFER", "B:FAKE_ALLREDUCE",
+                                         "E:FAKE_ALLREDUCE"};
+    if (!fail) expected.insert(expected.end(), {"B:MEMCPY_OUT_FUSION_BUFFER", "E:MEMCPY_OUT_FUSION_BUFFER"});
+    expected.push_back("E:ALLREDUCE");
+    EXPECT_EQ(sink->bars("a"), expected);
+    EXPECT_EQ(sink->bars("b"), expected);
+    EXPECT_EQ(sink->args("b"), timeline::TensorArgs("float32", {3}));
+
+    s.Add(Entry(OpType::kAllgather, "g", DataType::kFloat32, {4}, g.data(), nullptr));
+    (void)s.executor.Execute(Make(Response::Type::kAllgather, {"g"}, {4}), s.entries);
+    EXPECT_EQ(sink->bars("g"), (std::vector<std::string>{"B:ALLGATHER", "B:FAKE_ALLGATHER",
+                                                          "E:FAKE_ALLGATHER", "E:ALLGATHER"}));
+  }
 }
 
 TEST(Executor, MovesDataOnlyForTheCollectives) {
