@@ -6,10 +6,15 @@
 // it sent before closing; a bad bind address is refused.
 #include "runtime/core/control_channel.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <future>
 #include <map>
 #include <string>
@@ -217,6 +222,89 @@ TEST(ControlChannel, LostCoordinatorIsReportedToTheWorkerAfterItsLastFrames) {
   Status send;
   for (int i = 0; i < 100 && send.ok(); ++i) send = (*ch)->SendToCoordinator(std::string(1 << 16, 'x'));
   EXPECT_EQ(send.code(), StatusCode::kAborted);
+}
+
+// A plain TCP client speaking the channel's framing, for peers that misbehave.
+int RawConnect(KeyValueStore& store) {
+  auto where = store.Get("ctrl/addr", kGenerous);
+  EXPECT_TRUE(where.ok());
+  if (!where.ok()) return -1;
+  const size_t colon = where->rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(where->substr(colon + 1))));
+  inet_pton(AF_INET, where->substr(0, colon).c_str(), &addr.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+
+void RawSend(int fd, const std::string& payload, uint32_t length) {
+  std::string frame(4, '\0');
+  std::memcpy(&frame[0], &length, 4);
+  frame += payload;
+  ASSERT_EQ(send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+}
+
+// Whether the peer closed `fd` (recv sees the end of the stream) within the generous timeout.
+bool ClosedByPeer(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, static_cast<int>(kGenerous.count())) != 1) return false;
+  char c;
+  return recv(fd, &c, 1, 0) == 0;
+}
+
+TEST(ControlChannel, SecondConnectionClaimingARankIsShutOut) {
+  InMemoryKeyValueStore store;
+  std::promise<void> coordinator_done;
+  int impostor = -1;
+  // Connections are accepted in the order they were made: rank 1, the impostor, rank 2.
+  std::thread ranks([&] {
+    auto rank1 = Connect(1, 3, &store);
+    ASSERT_TRUE(rank1.ok()) << rank1.status().ToString();
+    impostor = RawConnect(store);
+    const std::string hello = std::string("1 ") + kSecret;
+    RawSend(impostor, hello, static_cast<uint32_t>(hello.size()));
+    auto rank2 = Connect(2, 3, &store);
+    ASSERT_TRUE(rank2.ok()) << rank2.status().ToString();
+    ASSERT_TRUE((*rank1)->SendToCoordinator("from rank 1").ok());
+    ASSERT_TRUE((*rank2)->SendToCoordinator("from rank 2").ok());
+    coordinator_done.get_future().wait();
+  });
+  auto ch = Connect(0, 3, &store);
+  ASSERT_TRUE(ch.ok()) << ch.status().ToString();
+  Frames got;
+  EXPECT_TRUE(ReadFrames(**ch, 2, &got).ok());
+  std::map<int, std::string> by_rank(got.begin(), got.end());
+  EXPECT_EQ(by_rank[1], "from rank 1");
+  EXPECT_EQ(by_rank[2], "from rank 2");
+  coordinator_done.set_value();
+  ranks.join();
+  // The impostor's connection was closed: nothing it sends can reach the coordinator.
+  EXPECT_TRUE(ClosedByPeer(impostor));
+  close(impostor);
+}
+
+TEST(ControlChannel, CorruptFrameLengthIsAnError) {
+  InMemoryKeyValueStore store;
+  std::promise<void> coordinator_done;
+  std::thread peer([&] {
+    int fd = RawConnect(store);
+    std::string hello = std::string("1 ") + kSecret;
+    RawSend(fd, hello, static_cast<uint32_t>(hello.size()));
+    RawSend(fd, "", 0xFFFFFFFFu);  // a length no frame has
+    coordinator_done.get_future().wait();
+    close(fd);
+  });
+  auto ch = Connect(0, 2, &store);
+  ASSERT_TRUE(ch.ok()) << ch.status().ToString();
+  Frames got;
+  Status s = ReadFrames(**ch, 1, &got);
+  coordinator_done.set_value();
+  peer.join();
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+  EXPECT_NE(s.message().find("4294967295"), std::string::npos) << s.message();
+  EXPECT_TRUE(got.empty());
 }
 
 TEST(ControlChannel, BadBindAddressIsRefused) {
