@@ -285,6 +285,27 @@ TEST(ControlChannel, SecondConnectionClaimingARankIsShutOut) {
   close(impostor);
 }
 
+// A connection that never sends its hello (a port scanner, a stuck process) must not keep the
+// coordinator from accepting the real ranks that connect after it.
+TEST(ControlChannel, SilentConnectionDoesNotHoldUpTheRanksBehindIt) {
+  InMemoryKeyValueStore store;
+  std::promise<void> coordinator_done;
+  int silent = -1;
+  std::thread ranks([&] {
+    silent = RawConnect(store);  // accepted first, says nothing
+    auto rank1 = Connect(1, 2, &store);
+    ASSERT_TRUE(rank1.ok()) << rank1.status().ToString();
+    coordinator_done.get_future().wait();
+  });
+  // Far longer than the ranks need, far shorter than kGenerous: with the silent connection
+  // served first and to the end, the coordinator would give up after it.
+  auto ch = Connect(0, 2, &store, kSecret, std::chrono::milliseconds(5000));
+  coordinator_done.set_value();
+  ranks.join();
+  EXPECT_TRUE(ch.ok()) << ch.status().ToString();
+  close(silent);
+}
+
 TEST(ControlChannel, CorruptFrameLengthIsAnError) {
   InMemoryKeyValueStore store;
   std::promise<void> coordinator_done;
