@@ -5,11 +5,14 @@
  * handle at once; dadt_poll tests it, dadt_wait blocks until it completes (call it without
  * holding any interpreter lock), dadt_release frees it.
  *
- * Tensors cross as DLPack DLTensor views (host memory, compact row-major). The caller keeps the
- * memory of `input` and `output` alive and untouched until the handle completes. Ops whose output
- * size is only known after negotiation (allgather, alltoall, reducescatter) allocate their result
- * inside the runtime, unless given an output; dadt_take_output hands it over as a DLManagedTensor
- * the caller owns.
+ * Tensors cross as DLPack DLTensor views, compact row-major, in host memory (kDLCPU, kDLCUDAHost)
+ * or, in the CUDA build, in GPU memory (kDLCUDA). GPU tensors go to the job's GPU engine (NCCL,
+ * see dadt_device_backend), ordered after dadt_op_desc.stream; when the job has none, the front
+ * end stages them through host memory (dadt_op_desc.staged_device). The caller keeps the memory of
+ * `input` and `output` alive and untouched until the handle completes. Ops whose output size is
+ * only known after negotiation (allgather, alltoall, reducescatter) allocate their result inside
+ * the runtime (on the input's GPU for a GPU input), unless given an output (host memory only);
+ * dadt_take_output hands it over as a DLManagedTensor the caller owns.
  *
  *   dadt_init_options o; dadt_init_options_default(&o);
  *   if (dadt_init(&o) != DADT_OK) fprintf(stderr, "%s\n", dadt_last_error());
@@ -69,7 +72,10 @@ typedef struct dadt_init_options {
   int64_t fusion_threshold_bytes;
   double cycle_time_ms;
   int64_t cache_capacity;
-  const char* backend; /* "gloo" or "mpi"; NULL: from the environment */
+  /* "gloo" or "mpi": the host executor, which then also carries GPU tensors (staged through host
+   * memory); "nccl": GPU tensors go to NCCL (CUDA build and a GPU needed) while host tensors stay
+   * on the controller's engine; NULL: from the environment (DADT_CONTROLLER, DADT_DEVICE_BACKEND). */
+  const char* backend;
   /* An MPI_Comm cast to uintptr_t (e.g. mpi4py's MPI._handleof(comm)): the job is that
    * communicator's ranks, with MPI as controller and data plane. 0: from the environment. */
   uintptr_t mpi_comm;

@@ -1,10 +1,17 @@
 // Backend: the interface every collective engine (Gloo, MPI, NCCL) implements.
 //
-// The core owns exactly one Backend for the data plane and calls it only from its loop thread, so
-// implementations need no locking of their own. Each call is a blocking collective: every rank
-// calls the same methods in the same order (the controller guarantees the order), and the call
-// returns when this rank's part is done. Errors come back as Status; foreign codes (gloo
-// exceptions, MPI error ints, ncclResult_t) are converted at this edge with file:line.
+// Threading: each Backend handle is called from one thread at a time, so an implementation needs
+// no locking within a handle. The core owns one Backend for the host data plane, which its loop
+// thread calls. When the engine can Fork() (Gloo) and the job has more than one rank, the core's
+// lanes (runtime/core/lanes.h, DADT_GLOO_THREADS, 2 by default) each own a fork and call it from
+// their own thread, so several forks run collectives at once over shared connections (see Fork()
+// below); the loop thread then calls the original only after draining the lanes (join, barrier,
+// mismatch errors). A device engine (NCCL) is a second Backend, owned by the DeviceExecutor and
+// called from the loop thread; its AsyncError and Abort come from the device's completion thread.
+// Each call is a blocking collective: every rank calls the same methods in the same order (the
+// controller guarantees the order; on a fork, the lanes do), and the call returns when this rank's
+// part is done. Errors come back as Status; foreign codes (gloo exceptions, MPI error ints,
+// ncclResult_t) are converted at this edge by each engine's *_CHECK macros, with file:line.
 //
 // Lifetime: created by BackendRegistry::Create after the launcher's rendezvous is reachable;
 // destroyed by the runtime at shutdown, on the loop thread.

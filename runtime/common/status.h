@@ -1,8 +1,10 @@
 // Status and StatusOr: how errors cross thread, API and callback boundaries in dadt.
 //
-// A Status is OK or carries a code and a message. Foreign error codes (gloo exceptions,
-// MPI ints, ncclResult_t) are converted to Status at the backend edge with
-// DADT_RETURN_IF_ERROR / the backend's own *_CHECK macros, which keep file:line.
+// A Status is OK or carries a code and a message. DADT_RETURN_IF_ERROR returns a non-OK Status
+// from the enclosing function unchanged: it adds no file:line or context. Foreign error codes
+// (gloo exceptions, MPI ints, ncclResult_t, cudaError_t) are converted to Status at the backend
+// edge by each backend's own macros (DADT_GLOO_CHECK, DADT_MPI_CHECK, DADT_NCCL_CHECK,
+// DADT_CUDA_CHECK), which put "<library> <what> failed at file:line" in the message.
 //
 //   Status s = backend->Allreduce(...);
 //   if (!s.ok()) return s;

@@ -21,6 +21,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kMaxFrameBytes = 64u << 20;
 constexpr char kAddrKey[] = "ctrl/addr";
+// A hello is "<rank> <secret>": anything longer is not one of ours.
+constexpr uint32_t kMaxHelloBytes = 4096;
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -60,26 +62,6 @@ StatusOr<bool> PopFrame(std::string& inbox, std::string* out) {
   out->assign(inbox, 4, n);
   inbox.erase(0, 4 + static_cast<size_t>(n));
   return true;
-}
-
-// Blocking read of one frame with a deadline (used only for the hello). Bytes past the frame stay
-// in `inbox`: a rank may send its first requests right behind its hello.
-StatusOr<std::string> ReadFrameBlocking(int fd, Clock::time_point deadline, std::string& inbox) {
-  std::string frame;
-  char buf[4096];
-  while (true) {
-    auto popped = PopFrame(inbox, &frame);
-    if (!popped.ok()) return popped.status();
-    if (*popped) return frame;
-    int ms = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    if (ms <= 0) return TimeoutError("timed out waiting for a control-channel hello");
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, ms) <= 0) continue;
-    ssize_t r = recv(fd, buf, sizeof(buf), 0);
-    if (r <= 0) return Aborted("control-channel peer closed during hello");
-    inbox.append(buf, static_cast<size_t>(r));
-  }
 }
 
 }  // namespace
@@ -145,13 +127,15 @@ Status ControlChannel::Accept(int listen_fd, const std::string& secret,
                               std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   peers_.assign(size_ - 1, Peer{});
+  // Connections whose hello has not fully arrived. All of them are read as their bytes come, so
+  // one that never says hello (a port scanner, a stuck process) holds up none of the others.
+  std::vector<Peer> pending;
   int connected = 0;
   while (connected < size_ - 1) {
-    int ms = static_cast<int>(
+    const int ms = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    pollfd p{listen_fd, POLLIN, 0};
-    if (ms <= 0 || poll(&p, 1, ms) <= 0) {
-      if (Clock::now() < deadline) continue;
+    if (ms <= 0) {
+      for (const Peer& p : pending) close(p.fd);
       std::string missing;
       for (int r = 1; r < size_; ++r) {
         if (peers_[r - 1].fd < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
@@ -159,25 +143,58 @@ Status ControlChannel::Accept(int listen_fd, const std::string& secret,
       return TimeoutError("timed out after " + std::to_string(timeout.count() / 1000) +
                           " s waiting for rank(s) " + missing + " to connect to the coordinator");
     }
-    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    std::string inbox;
-    auto hello = ReadFrameBlocking(fd, deadline, inbox);
-    int peer_rank = -1;
-    if (hello.ok()) {
-      const size_t sp = hello->find(' ');
-      peer_rank = std::atoi(hello->substr(0, sp).c_str());
-      const std::string given = sp == std::string::npos ? "" : hello->substr(sp + 1);
-      if (!rendezvous::SecretsEqual(given, secret)) peer_rank = -1;
+    std::vector<pollfd> polled{pollfd{listen_fd, POLLIN, 0}};
+    for (const Peer& p : pending) polled.push_back(pollfd{p.fd, POLLIN, 0});
+    if (poll(polled.data(), polled.size(), ms) <= 0) continue;
+    // In the order they connected, so that of two hellos claiming one rank the first one wins.
+    std::vector<Peer> waiting;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      Peer& p = pending[i];
+      if (polled[i + 1].revents == 0) {
+        waiting.push_back(std::move(p));
+        continue;
+      }
+      char buf[4096];
+      const ssize_t r = recv(p.fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        waiting.push_back(std::move(p));
+        continue;
+      }
+      int peer_rank = -1;
+      if (r > 0) {
+        p.inbox.append(buf, static_cast<size_t>(r));
+        uint32_t n = 0;
+        if (p.inbox.size() >= 4) std::memcpy(&n, p.inbox.data(), 4);
+        std::string hello;
+        auto popped = n > kMaxHelloBytes ? StatusOr<bool>(Aborted("hello too long"))
+                                         : PopFrame(p.inbox, &hello);
+        if (popped.ok() && !*popped) {  // the rest of the hello is on its way
+          waiting.push_back(std::move(p));
+          continue;
+        }
+        if (popped.ok()) {
+          const size_t sp = hello.find(' ');
+          peer_rank = std::atoi(hello.substr(0, sp).c_str());
+          const std::string given = sp == std::string::npos ? "" : hello.substr(sp + 1);
+          if (!rendezvous::SecretsEqual(given, secret)) peer_rank = -1;
+        }
+      }
+      if (peer_rank < 1 || peer_rank >= size_ || peers_[peer_rank - 1].fd >= 0) {
+        close(p.fd);  // closed, unauthenticated or duplicate: keep waiting for the real ranks
+        continue;
+      }
+      SetNoDelay(p.fd);
+      // Bytes past the hello stay in the inbox: a rank may send requests right behind it.
+      peers_[peer_rank - 1] = Peer{p.fd, peer_rank, std::move(p.inbox)};
+      ++connected;
     }
-    if (peer_rank < 1 || peer_rank >= size_ || peers_[peer_rank - 1].fd >= 0) {
-      close(fd);  // unauthenticated or duplicate: ignore it and keep waiting for the real ranks
-      continue;
+    pending = std::move(waiting);
+    if (polled[0].revents & POLLIN) {
+      const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) pending.push_back(Peer{fd, -1, ""});
     }
-    SetNoDelay(fd);
-    peers_[peer_rank - 1] = Peer{fd, peer_rank, std::move(inbox)};
-    ++connected;
   }
+  for (const Peer& p : pending) close(p.fd);
   for (const Peer& p : peers_) fds_.push_back(p.fd);
   return Status::OK();
 }

@@ -2,7 +2,10 @@
 //
 // Rank 0 listens on an ephemeral port, publishes "ctrl/addr" in the rendezvous store and accepts
 // one connection from every other rank; each connection opens with a hello frame holding the
-// rank and the job secret, checked in constant time. Frames are a u32 length and a payload.
+// rank and the job secret, checked in constant time. Hellos are read from all pending
+// connections at once, so one that never says hello holds up no rank; a wrong secret, a
+// duplicate rank or a hello over 4 KiB closes the connection. Frames are a u32 length and a
+// payload.
 // Why a star of plain sockets and not collectives: negotiation is event-driven. A rank sends its
 // requests the moment they exist and the coordinator answers the moment tensors are ready, so a
 // lone small allreduce pays one message each way instead of a cycle-paced collective, and an idle

@@ -293,7 +293,15 @@ Status Executor::Allgather(const Response& r, TensorEntry& e) {
   int64_t total = 0;
   for (int64_t n : l.bytes) total += n;
   auto out = ResultBuffer(e, r.dtype, l.out_shape, total, &res.output);
-  if (!out.ok()) return out.status();
+  if (!out.ok()) {
+    // The caller's output has the wrong size. The other ranks are in this collective already:
+    // take part through a scratch buffer so that they finish, and fail this tensor only.
+    auto scratch = HostBuffer::Allocate(r.dtype, l.out_shape);
+    DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, scratch->data.get(), l.bytes));
+    res.status = out.status();
+    Finish(e, std::move(res));
+    return Status::OK();
+  }
   DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, *out, l.bytes));
   Finish(e, std::move(res));
   return Status::OK();
@@ -333,7 +341,14 @@ Status Executor::Reducescatter(const Response& r, TensorEntry& e) {
   HandleResult res;
   auto out = ResultBuffer(e, r.dtype, WithFirstDim(shape, my_rows),
                           counts[rank_] * static_cast<int64_t>(DataTypeSize(r.dtype)), &res.output);
-  if (!out.ok()) return out.status();
+  if (!out.ok()) {  // as in Allgather: take part, then fail this tensor only
+    auto scratch = HostBuffer::Allocate(r.dtype, WithFirstDim(shape, my_rows));
+    DADT_RETURN_IF_ERROR(backend_->Reducescatter(in, scratch->data.get(), counts, r.dtype,
+                                                 BackendOp(r.reduce_op)));
+    res.status = out.status();
+    Finish(e, std::move(res));
+    return Status::OK();
+  }
   DADT_RETURN_IF_ERROR(backend_->Reducescatter(in, *out, counts, r.dtype, BackendOp(r.reduce_op)));
   DADT_RETURN_IF_ERROR(PostProcess(r, size_, *out, counts[rank_]));
   Finish(e, std::move(res));

@@ -35,8 +35,9 @@ class Executor {
            TensorQueue* queue, const timeline::EventStream* events = nullptr);
 
   // Executes `response`, consuming the matching entries. A non-OK return is a backend failure that
-  // breaks the job (the consumed entries are already completed with it); mismatch errors are
-  // delivered to the handles and return OK.
+  // breaks the job (the consumed entries are already completed with it); mismatch errors, and a
+  // caller's allgather / reducescatter output of the wrong size (this rank still takes part in
+  // the collective, through a scratch buffer), are delivered to the handles and return OK.
   Status Execute(const Response& response, EntryMap& entries);
 
   // Whether responses of type `t` move tensor data (the collectives; not join, barrier, error).

@@ -1,0 +1,531 @@
+// Executor (runtime/core/executor.h): one rank's execution of the coordinator's responses.
+// Ranks run as threads over real Gloo (test/runtime/backends/rank_threads.h), each with its own
+// Executor, HandleTable and TensorQueue. Covers the reduced values of fused and lone allreduces
+// (prescale, postscale, Average), zeros from a joined rank, the layouts of allgather, alltoall,
+// reducescatter and broadcast, barrier and join results, and the errors: a mismatch reaches every
+// tensor's handle, a wrong-sized output names its tensor, a backend failure completes every fused
+// tensor and breaks the job, a GPU tensor without a GPU data plane fails only its own handle.
+// After any completion the tensor's name is free again. Timeline bars nest per tensor and close
+// on error paths too.
+#include "runtime/core/executor.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "test/runtime/backends/rank_threads.h"
+#include "timeline/event.h"
+
+#define ASSERT_OK(expr)                                      \
+  do {                                                       \
+    const ::dadt::Status _s = (expr);                        \
+    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
+  } while (0)
+
+namespace dadt {
+namespace core {
+namespace {
+
+using testutil::RunRanks;
+
+// One rank's side of the runtime that the executor talks to.
+struct RankState {
+  RankState(backends::Backend* backend, int rank, int size,
+            const timeline::EventStream* events = nullptr)
+      : executor(backend, rank, size, &handles, &queue, events) {}
+
+  // Enqueues `e` as the runtime does (its name in flight, a handle) and hands it to the loop.
+  int64_t Add(TensorEntry e) {
+    e.handle = handles.Create();
+    const std::string name = e.request.name;
+    EXPECT_OK(queue.Push(e));
+    queue.Drain();
+    entries.emplace(name, e);
+    return e.handle;
+  }
+  // Whether `name` may be enqueued again (the executor called Finish on it).
+  bool NameFree(const std::string& name) {
+    TensorEntry e;
+    e.request.name = name;
+    Status s = queue.Push(e);
+    if (s.ok()) {
+      queue.Drain();
+      queue.Finish(name);
+    }
+    return s.ok();
+  }
+
+  HandleTable handles;
+  TensorQueue queue;
+  EntryMap entries;
+  Executor executor;
+};
+
+TensorEntry Entry(OpType op, const std::string& name, DataType dtype, Shape shape, const void* in,
+                  void* out) {
+  TensorEntry e;
+  e.request.op = op;
+  e.request.name = name;
+  e.request.dtype = dtype;
+  e.request.shape = std::move(shape);
+  e.input = in;
+  e.output = out;
+  return e;
+}
+
+Response Make(Response::Type type, std::vector<std::string> names, std::vector<int64_t> sizes,
+              DataType dtype = DataType::kFloat32, ReduceOp op = ReduceOp::kSum) {
+  Response r;
+  r.type = type;
+  r.names = std::move(names);
+  r.sizes = std::move(sizes);
+  r.dtype = dtype;
+  r.reduce_op = op;
+  return r;
+}
+
+// A backend whose collectives all fail with `status` (or succeed on one rank, as identities).
+class FakeBackend : public backends::Backend {
+ public:
+  explicit FakeBackend(Status status = Status::OK()) : status_(std::move(status)) {}
+  const char* Name() const override { return "FAKE"; }
+  Status Allreduce(void*, int64_t, DataType, ReduceOp) override { return status_; }
+  Status Allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes) override {
+    if (status_.ok() && bytes[0]) std::memcpy(out, in, bytes[0]);
+    return status_;
+  }
+  Status Broadcast(void*, int64_t, int) override { return status_; }
+  Status Alltoallv(const void* in, const std::vector<int64_t>& send, void* out,
+                   const std::vector<int64_t>&) override {
+    if (status_.ok() && send[0]) std::memcpy(out, in, send[0]);
+    return status_;
+  }
+  Status Reducescatter(const void*, void*, const std::vector<int64_t>&, DataType,
+                       ReduceOp) override {
+    return status_;
+  }
+  Status Barrier() override { return status_; }
+
+ private:
+  Status status_;
+};
+
+class ExecutorTest : public ::testing::TestWithParam<int> {
+ protected:
+  int size() const { return GetParam(); }
+};
+
+TEST_P(ExecutorTest, FusedAllreduceGivesEachTensorItsOwnSum) {
+  const int n = size();
+  const std::vector<int64_t> counts = {0, 1, 5, 7, 3};  // an empty tensor among them
+  RunRanks("gloo", n, [&](int rank, backends::Backend& backend) {
+    RankState s(&backend, rank, n);
+    std::vector<std::vector<float>> in(counts.size()), out(counts.size());
+    std::vector<std::string> names;
+    std::vector<int64_t> handles;
+    for (size_t t = 0; t < counts.size(); ++t) {
+      for (int64_t i = 0; i < counts[t]; ++i) in[t].push_back(100.0f * rank + 10.0f * t + i);
+      out[t].assign(counts[t], -1.0f);
+      names.push_back("grad." + std::to_string(t));
+      handles.push_back(s.Add(Entry(OpType::kAllreduce, names.back(), DataType::kFloat32,
+                                    {counts[t]}, in[t].data(), out[t].data())));
+    }
+    ASSERT_OK(s.executor.Execute(Make(Response::Type::kAllreduce, names, counts), s.entries));
+    EXPECT_TRUE(s.entries.empty());
+    for (size_t t = 0; t < counts.size(); ++t) {
+      EXPECT_OK(s.handles.Wait(handles[t]));
+      for (int64_t i = 0; i < counts[t]; ++i) {
+        EXPECT_EQ(out[t][i], 100.0f * n * (n - 1) / 2 + n * (10.0f * t + i)) << names[t] << "[" << i << "]";
+        EXPECT_EQ(in[t][i], 100.0f * rank + 10.0f * t + i) << "input of a fused tensor changed";
+      }
+      EXPECT_TRUE(s.NameFree(names[t]));
+    }
+  });
+}
+
+TEST_P(ExecutorTest, LoneAllreduceInPlaceAppliesPrescalePostscaleAndAverage) {
+  const int n = size();
+  RunRanks("gloo", n, [&](int rank, backends::Backend& backend) {
+    RankState s(&backend, rank, n);
+    std::vector<double> buf = {1.0 + rank, -2.0 * rank, 0.5};
+    const int64_t h = s.Add(Entry(OpType::kAllreduce, "w", DataType::kFloat64, {3}, buf.data(),
+                                  buf.data()));
+    Response r = Make(Response::Type::kAllreduce, {"w"}, {3}, DataType::kFloat64, ReduceOp::kAverage);
+    r.prescale = 4.0;
+    r.postscale = 0.25;
+    ASSERT_OK(s.executor.Execute(r, s.entries));
+    EXPECT_OK(s.handles.Wait(h));
+    double s0 = 0, s1 = 0;
+    for (int q = 0; q < n; ++q) {
+      s0 += 1.0 + q;
+      s1 += -2.0 * q;
+    }
+    // 4 * x summed, * 0.25, / n: the plain average.
+    EXPECT_DOUBLE_EQ(buf[0], s0 / n);
+    EXPECT_DOUBLE_EQ(buf[1], s1 / n);
+    EXPECT_DOUBLE_EQ(buf[2], 0.5);
+  });
+}
+
+TEST_P(ExecutorTest, JoinedRankContributesZeros) {
+  const int n = size();
+  if (n < 2) GTEST_SKIP() << "needs a rank that joined and one that did not";
+  RunRanks("gloo", n, [&](int rank, backends::Backend& backend) {
+    RankState s(&backend, rank, n);
+    const bool joined = rank == n - 1;
+    std::vector<int32_t> in = {rank + 1, 10}, out(2, -1);
+    int64_t h = -1;
+    if (!joined) {
+      h = s.Add(Entry(OpType::kAllreduce, "g", DataType::kInt32, {2}, in.data(), out.data()));
+    }
+    ASSERT_OK(s.executor.Execute(Make(Response::Type::kAllreduce, {"g"}, {2}, DataType::kInt32),
+                                 s.entries));
+    if (joined) return;
+    EXPECT_OK(s.handles.Wait(h));
+    // Ranks 0 .. n-2 contribute; the joined rank adds nothing.
+    EXPECT_EQ(out, (std::vector<int32_t>{(n - 1) * n / 2, 10 * (n - 1)}));
+  });
+}
+
+TEST_P(ExecutorTest, AllgatherConcatenatesEachRanksRowsInRankOrder) {
+  const int n = size();
+  RunRanks("gloo", n, [&](int rank, backends::Backend& backend) {
+    RankState s(&backend, rank, n);
+    // Rank r has r + 1 rows of 2 columns; element (row, col) = 1000 r + 10 row + col.
+    std::vector<int32_t> in;
+    for (int row = 0; row <= rank; ++row) {
+      for (int col = 0; col < 2; ++col) in.push_back(1000 * rank + 10 * row + col);
+    }
+    const int64_t h =
+        s.Add(Entry(OpType::kAllgather, "emb", DataType::kInt32, {rank + 1, 2}, in.data(), nullptr));
+    std::vector<int64_t> rows;
+    for (int q = 0; q < n; ++q) rows.push_back(q + 1);
+    ASSERT_OK(s.executor.Execute(Make(Response::Type::kAllgather, {"emb"}, rows, DataType::kInt32),
+                                 s.entries));
+    EXPECT_OK(s.handles.Wait(h));
+    auto out = s.handles.TakeOutput(h);
+    ASSERT_NE(out, nullptr);
+    EXPECT_EQ(out->shape, (Shape{n * (n + 1) / 2, 2}));
+    std::vector<int32_t> expected;
+    for (int q = 0; q < n; ++q) {
+      for (int row = 0; row <= q; ++row) {
+        for (int col = 0; col < 2; ++col) expected.push_back(1000 * q + 10 * row + col);
+      }
+    }
+    const int32_t* got = static_cast<const int32_t*>(out->ptr());
+    EXPECT_EQ(std::vector<int32_t>(got, got + expected.size()), expected);
+    EXPECT_TRUE(s.NameFree("emb"));
+  });
+}
+
+TEST_P(ExecutorTest, AlltoallDeliversEachRanksRowsAndTheReceivedSplits) {
+  const int n = size();
+  // Rank r sends (r + j) % 3 rows to rank j; row k of them holds 100 r + 10 j + k.
+  std::vector<int64_t> matrix;
+  for (int r = 0; r < n; ++r) {
+    for (int j = 0; j < n; ++j) matrix.push_back((r + j) % 3);
+  }
+  RunRanks("gloo", n, [&](int rank, backends::Backend& backend) {
+    RankState s(&backend, rank, n);
+    std::vector<int64_t> in;
+    for (int j = 0; j < n; ++j) {
+      for (int k = 0; k < (rank + j) % 3; ++k) in.push_back(100 * rank + 10 * j + k);
+    }
+    const int64_t h = s.Add(Entry(OpType::kAlltoall, "route", DataType::kInt64,
+                                  {static_cast<int64_t>(in.size())}, in.data(), nullptr));
+    ASSERT_OK(s.executor.Execute(Make(Response::Type::kAlltoall, {"route"}, matrix,
+                                      DataType::kInt64),
+                                 s.entries));
+    EXPECT_OK(s.handles.Wait(h));
+    std::vector<int64_t> expected, splits;
+    for (int j = 0; j < n; ++j) {
+      splits.push_back((j + rank) % 3);
+      for (int k = 0; k < (j + rank) % 3; ++k) expected.push_back(100 * j + 10 * rank + k);
+    }
+    EXPECT_EQ(s.handles.ReceivedSplits(h), splits);
+    auto out = s.handles.TakeOutput(h);
+    ASSERT_NE(out, nullptr);
+    EXPECT_EQ(out->shape, (Shape{static_cast<int64_t>(expected.size())}));
+    const int64_t* got = static_cast<const int64_t*>(out->ptr());
+    EXPECT_EQ(std::vector<int64_t>(got, got + expected.size()), expected);
+  });
+}
+
+TEST_P(ExecutorTest, ReducescatterGivesTheFirstRanksOneMoreRowAndLeavesTheInputAlone) {
+  const int n = size();
+  const int64_t rows = 2 * n + 1;  // not divisible by n (for n > 1)
+  RunRanks("gloo", n, [&](int rank, backends::Backend& backend) {
+    RankState s(&backend, rank, n);
+    // Element (row, col) of rank r: row * 2 + col + r.
+    std::vector<float> in;
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int col = 0; col < 2; ++col) in.push_back(static_cast<float>(row * 2 + col + rank));
+    }
+    const std::vector<float> original = in;
+    const int64_t h = s.Add(Entry(OpType::kReducescatter, "rs", DataType::kFloat32, {rows, 2},
+                                  in.data(), nullptr));
+    Response r = Make(Response::Type::kReducescatter, {"rs"}, {}, DataType::kFloat32,
+                      ReduceOp::kAverage);
+    r.prescale = 2.0;
+    ASSERT_OK(s.executor.Execute(r, s.entries));
+    EXPECT_OK(s.handles.Wait(h));
+    EXPECT_EQ(in, original) << "prescale must not write into the caller's input";
+    const int64_t mine = rows / n + (rank < rows % n ? 1 : 0);
+    int64_t first = 0;
+    for (int q = 0; q < rank; ++q) first += rows / n + (q < rows % n ? 1 : 0);
+    auto out = s.handles.TakeOutput(h);
+    ASSERT_NE(out, nullptr);
+    EXPECT_EQ(out->shape, (Shape{mine, 2}));
+    const float* got = static_cast<const float*>(out->ptr());
+    for (int64_t row = 0; row < mine; ++row) {
+      for (int col = 0; col < 2; ++col) {
+        // Average of 2 * (x + q) over q = 0 .. n-1: 2 x + (n - 1).
+        const float x = static_cast<float>((first + row) * 2 + col);
+        EXPECT_FLOAT_EQ(got[row * 2 + col], 2 * x + (n - 1)) << "row " << first + row;
+      }
+    }
+  });
+}
+
+TEST_P(ExecutorTest, BroadcastCopiesTheRootsTensorToEveryRank) {
+  const int n = size();
+  const int root = n - 1;
+  RunRanks("gloo", n, [&](int rank, backends::Backend& backend) {
+    RankState s(&backend, rank, n);
+    std::vector<int32_t> in = {rank, rank * 7, 42}, out(3, -1);
+    const int64_t h =
+        s.Add(Entry(OpType::kBroadcast, "params", DataType::kInt32, {3}, in.data(), out.data()));
+    Response r = Make(Response::Type::kBroadcast, {"params"}, {}, DataType::kInt32);
+    r.root = root;
+    ASSERT_OK(s.executor.Execute(r, s.entries));
+    EXPECT_OK(s.handles.Wait(h));
+    EXPECT_EQ(out, (std::vector<int32_t>{root, root * 7, 42}));
+    EXPECT_TRUE(s.NameFree("params"));
+  });
+}
+
+// A caller-supplied output of the wrong size on one rank is that rank's error on that tensor:
+// its handle fails naming the tensor, the other ranks' collective still completes (they are in it
+// already and must not wait for a rank that skipped it), and the job goes on.
+TEST_P(ExecutorTest, WrongSizedOutputOnOneRankFailsOnlyThatRanksTensor) {
+  const int n = size();
+  RunRanks("gloo", n, [&](int rank, backends::Backend& backend) {
+    RankState s(&backend, rank, n);
+    const bool wrong = rank == 0;
+    // Allgather of one row of 2 floats per rank into a caller output.
+    std::vector<float> in = {float(rank), float(rank) + 0.5f};
+    std::vector<float> out(2 * n + (wrong ? 1 : 0), -1.0f);
+    TensorEntry e = Entry(OpType::kAllgather, "ag", DataType::kFloat32, {1, 2}, in.data(), out.data());
+    e.output_bytes = static_cast<int64_t>(out.size() * sizeof(float));
+    const int64_t h = s.Add(e);
+    EXPECT_OK(s.executor.Execute(Make(Response::Type::kAllgather, {"ag"}, std::vector<int64_t>(n, 1)),
+                                 s.entries));
+    // Reducescatter of n rows into a caller output of one row.
+    std::vector<float> rin(n, 1.0f), rout(wrong ? 2 : 1, -1.0f);
+    TensorEntry re = Entry(OpType::kReducescatter, "rs", DataType::kFloat32, {n}, rin.data(), rout.data());
+    re.output_bytes = static_cast<int64_t>(rout.size() * sizeof(float));
+    const int64_t hr = s.Add(re);
+    EXPECT_OK(s.executor.Execute(Make(Response::Type::kReducescatter, {"rs"}, {}), s.entries));
+    Status st = s.handles.Wait(h), rst = s.handles.Wait(hr);
+    if (wrong) {
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(st.message().find("'ag'"), std::string::npos) << st.message();
+      EXPECT_EQ(rst.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(rst.message().find("'rs'"), std::string::npos) << rst.message();
+    } else {
+      EXPECT_OK(st);
+      for (int q = 0; q < n; ++q) {
+        EXPECT_EQ(out[2 * q], float(q));
+        EXPECT_EQ(out[2 * q + 1], float(q) + 0.5f);
+      }
+      EXPECT_OK(rst);
+      EXPECT_EQ(rout[0], float(n));
+    }
+    EXPECT_TRUE(s.NameFree("ag"));
+    EXPECT_TRUE(s.NameFree("rs"));
+  }, /*timeout=*/std::chrono::seconds(20));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ExecutorTest, ::testing::Values(1, 2, 3, 4));
+
+TEST(Executor, MismatchErrorReachesEveryNamedTensorAndDoesNotBreakTheJob) {
+  FakeBackend backend;
+  RankState s(&backend, 0, 1);
+  float a = 1, b = 2;
+  const int64_t ha = s.Add(Entry(OpType::kAllreduce, "a", DataType::kFloat32, {1}, &a, &a));
+  const int64_t hb = s.Add(Entry(OpType::kAllreduce, "b", DataType::kFloat32, {1}, &b, &b));
+  Response r = Make(Response::Type::kError, {"a", "b"}, {});
+  r.error = "tensor 'a': rank 1 sent shape [2], rank 0 sent [1]";
+  EXPECT_OK(s.executor.Execute(r, s.entries));
+  for (int64_t h : {ha, hb}) {
+    Status st = s.handles.Wait(h);
+    EXPECT_EQ(st.code(), StatusCode::kMismatch);
+    EXPECT_EQ(st.message(), r.error);
+  }
+  EXPECT_TRUE(s.entries.empty());
+  EXPECT_TRUE(s.NameFree("a"));
+  EXPECT_TRUE(s.NameFree("b"));
+}
+
+TEST(Executor, BarrierCompletesAndJoinGivesTheLastRankToJoin) {
+  FakeBackend backend;
+  RankState s(&backend, 0, 1);
+  const int64_t hb = s.Add(Entry(OpType::kBarrier, "barrier.0", DataType::kUint8, {0}, nullptr, nullptr));
+  const int64_t hj = s.Add(Entry(OpType::kJoin, kJoinName, DataType::kUint8, {0}, nullptr, nullptr));
+  EXPECT_OK(s.executor.Execute(Make(Response::Type::kBarrier, {"barrier.0"}, {}), s.entries));
+  EXPECT_OK(s.handles.Wait(hb));
+  Response join = Make(Response::Type::kJoin, {}, {});
+  join.last_joined_rank = 3;
+  EXPECT_OK(s.executor.Execute(join, s.entries));
+  EXPECT_OK(s.handles.Wait(hj));
+  EXPECT_EQ(s.handles.IntResult(hj), 3);
+  EXPECT_TRUE(s.entries.empty());
+}
+
+TEST(Executor, OutputOfTheWrongSizeFailsNamingTheTensor) {
+  FakeBackend backend;
+  RankState s(&backend, 0, 1);
+  std::vector<float> in(6), out(5);  // the gathered result is 6 floats
+  TensorEntry e = Entry(OpType::kAllgather, "feat", DataType::kFloat32, {3, 2}, in.data(), out.data());
+  e.output_bytes = static_cast<int64_t>(out.size() * sizeof(float));
+  const int64_t h = s.Add(e);
+  Status ret = s.executor.Execute(Make(Response::Type::kAllgather, {"feat"}, {3}), s.entries);
+  Status st = s.handles.Wait(h);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("'feat'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("24"), std::string::npos) << st.message();  // the bytes it needs
+  EXPECT_OK(ret);  // the caller's mistake, not a broken job
+  EXPECT_TRUE(s.NameFree("feat"));
+}
+
+TEST(Executor, BackendFailureCompletesEveryFusedTensorAndBreaksTheJob) {
+  FakeBackend backend(Aborted("rank 2 disconnected: it exited or crashed"));
+  RankState s(&backend, 0, 1);
+  std::vector<float> a(3), b(4);
+  const int64_t ha = s.Add(Entry(OpType::kAllreduce, "a", DataType::kFloat32, {3}, a.data(), a.data()));
+  const int64_t hb = s.Add(Entry(OpType::kAllreduce, "b", DataType::kFloat32, {4}, b.data(), b.data()));
+  Status ret = s.executor.Execute(Make(Response::Type::kAllreduce, {"a", "b"}, {3, 4}), s.entries);
+  EXPECT_EQ(ret.code(), StatusCode::kAborted);
+  for (int64_t h : {ha, hb}) {
+    Status st = s.handles.Wait(h);
+    EXPECT_EQ(st.code(), StatusCode::kAborted);
+    EXPECT_NE(st.message().find("rank 2"), std::string::npos) << st.message();
+  }
+  EXPECT_TRUE(s.entries.empty());
+  EXPECT_TRUE(s.NameFree("a"));
+}
+
+TEST(Executor, FailedAllocatingCollectiveCompletesItsHandleWithTheFailure) {
+  FakeBackend backend(Aborted("connection reset"));
+  RankState s(&backend, 0, 1);
+  std::vector<float> in(4);
+  const int64_t h =
+      s.Add(Entry(OpType::kAlltoall, "a2a", DataType::kFloat32, {4}, in.data(), nullptr));
+  Status ret = s.executor.Execute(Make(Response::Type::kAlltoall, {"a2a"}, {4}), s.entries);
+  EXPECT_EQ(ret.code(), StatusCode::kAborted);
+  EXPECT_EQ(s.handles.Wait(h).code(), StatusCode::kAborted);
+  EXPECT_EQ(s.handles.TakeOutput(h), nullptr);
+}
+
+TEST(Executor, GpuTensorWithoutAGpuDataPlaneFailsOnlyItsHandle) {
+  FakeBackend backend;
+  RankState s(&backend, 0, 1);
+  float x = 1;
+  TensorEntry e = Entry(OpType::kAllreduce, "cuda.grad", DataType::kFloat32, {1}, &x, &x);
+  e.request.device = 0;
+  const int64_t h = s.Add(e);
+  Response r = Make(Response::Type::kAllreduce, {"cuda.grad"}, {1});
+  r.device = 0;
+  EXPECT_OK(s.executor.Execute(r, s.entries));  // the job goes on
+  Status st = s.handles.Wait(h);
+  EXPECT_EQ(st.code(), StatusCode::kPreconditionFailed);
+  EXPECT_NE(st.message().find("'cuda.grad'"), std::string::npos) << st.message();
+  EXPECT_TRUE(s.NameFree("cuda.grad"));
+}
+
+TEST(Executor, EagerAllreduceCopiesTheCoordinatorsResultOut) {
+  FakeBackend backend(Aborted("the data plane must not be used"));
+  RankState s(&backend, 0, 1);
+  std::vector<float> in = {1, 2}, out(2);
+  const int64_t h = s.Add(Entry(OpType::kAllreduce, "b", DataType::kFloat32, {2}, in.data(), out.data()));
+  Response r = Make(Response::Type::kAllreduce, {"b"}, {2});
+  r.eager = true;
+  const std::vector<float> result = {5, 7};
+  r.data.assign(reinterpret_cast<const char*>(result.data()), 8);
+  EXPECT_OK(s.executor.Execute(r, s.entries));
+  EXPECT_OK(s.handles.Wait(h));
+  EXPECT_EQ(out, result);
+}
+
+// Records the timeline events of one tensor as "B:ACTIVITY" / "E:ACTIVITY".
+class RecordingSink : public timeline::EventSink {
+ public:
+  void Consume(const timeline::Event& e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const char* phase = e.phase == timeline::Phase::kBegin ? "B:" : e.phase == timeline::Phase::kEnd ? "E:" : "I:";
+    bars_[e.tensor].push_back(phase + e.activity);
+    if (e.phase == timeline::Phase::kEnd && !e.args.empty()) args_[e.tensor] = e.args;
+  }
+  std::vector<std::string> bars(const std::string& tensor) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return bars_[tensor];
+  }
+  std::string args(const std::string& tensor) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return args_[tensor];
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::vector<std::string>> bars_;
+  std::map<std::string, std::string> args_;
+};
+
+// Every tensor of a fused response gets its own nested bars, and every bar is closed, also when
+// the backend fails (timeline viewers would otherwise show a bar left open).
+TEST(Executor, TimelineBarsNestPerTensorAndCloseEvenOnFailure) {
+  for (const bool fail : {false, true}) {
+    SCOPED_TRACE(fail ? "backend fails" : "backend succeeds");
+    FakeBackend backend(fail ? Aborted("peer lost") : Status::OK());
+    timeline::EventStream events;
+    auto sink = std::make_shared<RecordingSink>();
+    events.AddSink(sink);
+    RankState s(&backend, 0, 1, &events);
+    std::vector<float> a(2), b(3), g(4);
+    s.Add(Entry(OpType::kAllreduce, "a", DataType::kFloat32, {2}, a.data(), a.data()));
+    s.Add(Entry(OpType::kAllreduce, "b", DataType::kFloat32, {3}, b.data(), b.data()));
+    (void)s.executor.Execute(Make(Response::Type::kAllreduce, {"a", "b"}, {2, 3}), s.entries);
+    std::vector<std::string> expected = {"B:ALLREDUCE", "B:MEMCPY_IN_FUSION_BUFFER",
+                                         "E:MEMCPY_IN_FUSION_BUFFER", "B:FAKE_ALLREDUCE",
+                                         "E:FAKE_ALLREDUCE"};
+    if (!fail) expected.insert(expected.end(), {"B:MEMCPY_OUT_FUSION_BUFFER", "E:MEMCPY_OUT_FUSION_BUFFER"});
+    expected.push_back("E:ALLREDUCE");
+    EXPECT_EQ(sink->bars("a"), expected);
+    EXPECT_EQ(sink->bars("b"), expected);
+    EXPECT_EQ(sink->args("b"), timeline::TensorArgs("float32", {3}));
+
+    s.Add(Entry(OpType::kAllgather, "g", DataType::kFloat32, {4}, g.data(), nullptr));
+    (void)s.executor.Execute(Make(Response::Type::kAllgather, {"g"}, {4}), s.entries);
+    EXPECT_EQ(sink->bars("g"), (std::vector<std::string>{"B:ALLGATHER", "B:FAKE_ALLGATHER",
+                                                          "E:FAKE_ALLGATHER", "E:ALLGATHER"}));
+  }
+}
+
+TEST(Executor, MovesDataOnlyForTheCollectives) {
+  for (auto t : {Response::Type::kAllreduce, Response::Type::kAllgather, Response::Type::kBroadcast,
+                 Response::Type::kAlltoall, Response::Type::kReducescatter}) {
+    EXPECT_TRUE(Executor::MovesData(t));
+  }
+  for (auto t : {Response::Type::kBarrier, Response::Type::kJoin, Response::Type::kError}) {
+    EXPECT_FALSE(Executor::MovesData(t));
+  }
+}
+
+}  // namespace
+}  // namespace core
+}  // namespace dadt
