@@ -38,24 +38,40 @@ int HandleTable::Poll(int64_t handle) {
   return it->second.done ? 1 : 0;
 }
 
+// The waits look the handle up again at every wake-up instead of keeping an iterator: an insert
+// may rehash the map (invalidating iterators), and another thread may release the handle while
+// this one sleeps.
+namespace {
+Status ReleasedWhileWaiting(int64_t handle) {
+  return Aborted("handle " + std::to_string(handle) + " was released while being waited on");
+}
+}  // namespace
+
 Status HandleTable::Wait(int64_t handle) {
   std::unique_lock<std::mutex> lock(mu_);
+  if (entries_.find(handle) == entries_.end()) {
+    return InvalidArgument("unknown handle " + std::to_string(handle));
+  }
+  cv_.wait(lock, [&] { return DoneOrGone(handle); });
   auto it = entries_.find(handle);
-  if (it == entries_.end()) return InvalidArgument("unknown handle " + std::to_string(handle));
-  cv_.wait(lock, [&] { return it->second.done; });
-  return it->second.result.status;
+  return it == entries_.end() ? ReleasedWhileWaiting(handle) : it->second.result.status;
 }
 
 bool HandleTable::WaitFor(int64_t handle, std::chrono::milliseconds timeout, Status* status) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto it = entries_.find(handle);
-  if (it == entries_.end()) {
+  if (entries_.find(handle) == entries_.end()) {
     *status = InvalidArgument("unknown handle " + std::to_string(handle));
     return true;
   }
-  if (!cv_.wait_for(lock, timeout, [&] { return it->second.done; })) return false;
-  *status = it->second.result.status;
+  if (!cv_.wait_for(lock, timeout, [&] { return DoneOrGone(handle); })) return false;
+  auto it = entries_.find(handle);
+  *status = it == entries_.end() ? ReleasedWhileWaiting(handle) : it->second.result.status;
   return true;
+}
+
+bool HandleTable::DoneOrGone(int64_t handle) const {
+  auto it = entries_.find(handle);
+  return it == entries_.end() || it->second.done;
 }
 
 std::unique_ptr<HostBuffer> HandleTable::TakeOutput(int64_t handle) {
@@ -78,8 +94,11 @@ std::vector<int64_t> HandleTable::ReceivedSplits(int64_t handle) {
 }
 
 void HandleTable::Release(int64_t handle) {
-  std::lock_guard<std::mutex> lock(mu_);
-  entries_.erase(handle);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (entries_.erase(handle) == 0) return;
+  }
+  cv_.notify_all();  // a thread waiting on it wakes with "released while being waited on"
 }
 
 }  // namespace core

@@ -52,9 +52,12 @@ class HandleTable {
   std::unique_ptr<HostBuffer> TakeOutput(int64_t handle);
   int64_t IntResult(int64_t handle);
   std::vector<int64_t> ReceivedSplits(int64_t handle);
+  // Forgets the handle; a thread still waiting on it gets Aborted ("released while being waited
+  // on") instead of touching freed state.
   void Release(int64_t handle);
 
  private:
+  bool DoneOrGone(int64_t handle) const;  // with mu_ held
   struct Entry {
     bool done = false;
     HandleResult result;

@@ -83,6 +83,25 @@ TEST(HandleTable, WaitWakesWhenAnotherThreadCompletes) {
   EXPECT_EQ(got.code(), StatusCode::kAborted);
 }
 
+// A handle released by another thread while one waits on it (and many handles created meanwhile,
+// which rehash the map) wakes the waiter with an error; it never reads the freed entry.
+TEST(HandleTable, ReleasingAHandleWhileAnotherThreadWaitsOnItWakesItWithAnError) {
+  HandleTable t;
+  const int64_t h = t.Create();
+  Status got, got_for;
+  bool answered = false;
+  std::thread waiter([&] { got = t.Wait(h); });
+  std::thread timed([&] { answered = t.WaitFor(h, std::chrono::seconds(30), &got_for); });
+  for (int i = 0; i < 10000; ++i) t.Create();
+  t.Release(h);
+  waiter.join();
+  timed.join();
+  EXPECT_EQ(got.code(), StatusCode::kAborted) << got.message();
+  EXPECT_NE(got.message().find("released while being waited on"), std::string::npos);
+  EXPECT_TRUE(answered);
+  EXPECT_EQ(got_for.code(), StatusCode::kAborted);
+}
+
 TEST(HandleTable, ManyWaitersEachGetTheirOwnResult) {
   HandleTable t;
   constexpr int kHandles = 16;
