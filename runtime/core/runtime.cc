@@ -236,9 +236,9 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requeste
     // Every rank is connected by now and would only learn of a closed channel: tell them why.
     if (rt->coordinator_ && options.size > 1) {
       ResponseList list;
-      list.shutdown = true;
-      list.abort = setup.message();
-      list.abort_rank = 0;
+      list.outcome = Outcome::kShutdown;
+      list.reason = setup.message();
+      list.cause_rank = 0;
       (void)rt->channel_->Broadcast(SerializeResponseList(list));
     }
     return setup;
@@ -441,9 +441,9 @@ void Runtime::Abort(const Status& status, int cause_rank) {
   RecordCause(cause_rank);
   if (options_.rank == 0 && channel_ && options_.size > 1) {
     ResponseList list;
-    list.shutdown = true;
-    list.abort = status.message();
-    list.abort_rank = cause_rank;
+    list.outcome = Outcome::kShutdown;
+    list.reason = status.message();
+    list.cause_rank = cause_rank;
     (void)channel_->Broadcast(SerializeResponseList(list));
   }
   FailAll(s);
@@ -477,15 +477,16 @@ bool Runtime::HandleResponses(const ResponseList& list) {
   if (!list.stall_warning.empty()) {
     DADT_LOG(WARNING) << list.stall_warning;
   }
-  if (!list.shutdown && !list.abort.empty()) {
-    Abort(Aborted(list.abort), list.abort_rank);
+  if (list.outcome == Outcome::kAbort) {
+    Abort(Aborted(list.reason), list.cause_rank);
     return true;
   }
-  if (list.cache_active >= 0 && !coordinator_) cache_.SetActive(list.cache_active == 1);
-  for (size_t i = 0; i + 2 < list.resend.size(); i += 3) {
-    if (list.resend[i] != options_.rank) continue;
-    CachedRef ref{static_cast<int32_t>(list.resend[i + 1]), static_cast<uint32_t>(list.resend[i + 2])};
-    auto it = sent_refs_.find(RefKey(ref));
+  if (list.cache != CacheToggle::kUnchanged && !coordinator_) {
+    cache_.SetActive(list.cache == CacheToggle::kOn);
+  }
+  for (const ResendEntry& resend : list.resend) {
+    if (resend.rank != options_.rank) continue;
+    auto it = sent_refs_.find(RefKey(resend.ref()));
     if (it == sent_refs_.end()) continue;
     auto e = entries_.find(it->second);
     sent_refs_.erase(it);
@@ -541,14 +542,14 @@ bool Runtime::HandleResponses(const ResponseList& list) {
       return true;
     }
   }
-  if (list.shutdown) {
+  if (list.outcome == Outcome::kShutdown) {
     Status s = DrainLanes();
     if (!s.ok()) {
       Abort(s);
       return true;
     }
-    if (!entries_.empty() || list.abort_rank != options_.rank) RecordCause(list.abort_rank);
-    FailAll(Aborted(list.abort.empty() ? "dadt has been shut down" : list.abort));
+    if (!entries_.empty() || list.cause_rank != options_.rank) RecordCause(list.cause_rank);
+    FailAll(Aborted(list.reason.empty() ? "dadt has been shut down" : list.reason));
     return true;
   }
   return false;
@@ -679,10 +680,9 @@ void Runtime::RunLoop() {
     if (s.ok()) s = read;
     if (s.ok() && coordinator_) {
       ResponseList list = coordinator_->Compute(Clock::now());
-      if (!list.responses.empty() || list.shutdown || !list.resend.empty() ||
-          list.cache_active >= 0 || !list.stall_warning.empty() || !list.abort.empty()) {
+      if (!list.Empty()) {
         DADT_LOG(TRACE) << "releasing " << list.responses.size() << " responses, "
-                        << list.resend.size() / 3 << " resends, pending " << coordinator_->pending();
+                        << list.resend.size() << " resends, pending " << coordinator_->pending();
         if (options_.size > 1) s = channel_->Broadcast(SerializeResponseList(list));
         if (HandleResponses(list)) return;
       }
