@@ -18,6 +18,7 @@
 //  6. Stalls (stall_inspector.h): a name some ranks submitted and others (not joined) have not,
 //     for DADT_STALL_CHECK_TIME_SECONDS, becomes a warning in the next ResponseList, which every
 //     rank logs; past DADT_STALL_SHUTDOWN_TIME_SECONDS it becomes an abort naming the same.
+// The other ranks' half of the protocol is WorkerNegotiator (worker_negotiator.h).
 // Not thread-safe: owned by rank 0's loop thread.
 #pragma once
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/common/status.h"
@@ -125,9 +126,19 @@ struct ResponseList {
   std::vector<ResendEntry> resend;
   Outcome outcome = Outcome::kContinue;
   std::string reason;        // kShutdown, kAbort: the message pending work fails with
-  int32_t cause_rank = -1;   // kShutdown, kAbort: the rank whose exit or failure caused it, if known
+  int32_t cause_rank = -1;   // kShutdown, kAbort: the rank whose exit or failure caused it
   CacheToggle cache = CacheToggle::kUnchanged;  // applied before the responses
   std::string stall_warning;  // non-empty: every rank logs it (runtime/core/stall_inspector.h)
+
+  // What rank 0 broadcasts when it must end the job itself: every rank fails its pending work
+  // with `reason`, blaming `cause_rank`.
+  static ResponseList Shutdown(std::string reason, int32_t cause_rank) {
+    ResponseList list;
+    list.outcome = Outcome::kShutdown;
+    list.reason = std::move(reason);
+    list.cause_rank = cause_rank;
+    return list;
+  }
 
   // True when the list carries nothing for the ranks (no response, resend, outcome, toggle or
   // warning): rank 0 does not broadcast it.
