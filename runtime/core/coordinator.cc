@@ -65,7 +65,7 @@ void Coordinator::Receive(const RequestList& list, Clock::time_point now) {
   for (const CachedRef& ref : list.cached) {
     const Request* cached = cache_ ? cache_->Resolve(ref) : nullptr;
     if (cached == nullptr) {
-      resend_.insert(resend_.end(), {list.rank, ref.slot, static_cast<int64_t>(ref.generation)});
+      resend_.push_back(ResendEntry{list.rank, ref.slot, ref.generation});
       continue;
     }
     Request r = *cached;
@@ -118,6 +118,25 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
   MarkReadyIfComplete(request.name, p, now);
 }
 
+const Request* Coordinator::Pending::FirstSubmitted() const {
+  for (const Request& r : by_rank) {
+    if (r.rank >= 0) return &r;
+  }
+  return nullptr;
+}
+
+// Adds a ready tensor to the fusion and group bookkeeping.
+void Coordinator::CountReady(const Pending& p) {
+  const Request* first = p.FirstSubmitted();
+  if (first == nullptr) return;
+  ready_bytes_ += first->ByteSize();
+  if (first->group_id >= 0) {
+    auto& g = group_ready_[first->group_id];
+    ++g.first;
+    g.second = first->group_size;
+  }
+}
+
 bool Coordinator::IsReady(const Pending& p) const {
   for (int r = 0; r < size_; ++r) {
     if (p.by_rank[r].rank < 0 && !joined_[r]) return false;
@@ -130,16 +149,7 @@ void Coordinator::MarkReadyIfComplete(const std::string& name, Pending& p, Clock
   p.ready = true;
   ready_.push_back(name);
   oldest_ready_ = std::min(oldest_ready_, now);
-  for (const Request& r : p.by_rank) {
-    if (r.rank < 0) continue;
-    ready_bytes_ += r.ByteSize();
-    if (r.group_id >= 0) {
-      auto& g = group_ready_[r.group_id];
-      ++g.first;
-      g.second = r.group_size;
-    }
-    break;
-  }
+  CountReady(p);
 }
 
 bool Coordinator::GroupComplete(int64_t group_id) const {
@@ -148,13 +158,7 @@ bool Coordinator::GroupComplete(int64_t group_id) const {
 }
 
 std::string Coordinator::Validate(const std::string& name, const Pending& p) const {
-  const Request* first = nullptr;
-  for (const Request& r : p.by_rank) {
-    if (r.rank >= 0) {
-      first = &r;
-      break;
-    }
-  }
+  const Request* first = p.FirstSubmitted();
   auto differs = [&](auto field) {
     for (const Request& r : p.by_rank) {
       if (r.rank >= 0 && !(field(r) == field(*first))) return true;
@@ -225,13 +229,7 @@ Response Coordinator::BuildResponse(const std::string& name, const Pending& p) c
     resp.error = error;
     return resp;
   }
-  const Request* first = nullptr;
-  for (const Request& r : p.by_rank) {
-    if (r.rank >= 0) {
-      first = &r;
-      break;
-    }
-  }
+  const Request* first = p.FirstSubmitted();
   resp.type = ResponseTypeFor(first->op);
   resp.dtype = first->dtype;
   resp.reduce_op = first->reduce_op;
@@ -261,21 +259,22 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
   ResponseList list;
   list.resend.swap(resend_);
   if (shutdown_rank_ >= 0) {
-    list.shutdown = true;
-    list.abort = "dadt was shut down by rank " + std::to_string(shutdown_rank_) +
-                 " while this collective was pending";
-    list.abort_rank = shutdown_rank_;
+    list.outcome = Outcome::kShutdown;
+    list.reason = "dadt was shut down by rank " + std::to_string(shutdown_rank_) +
+                  " while this collective was pending";
+    list.cause_rank = shutdown_rank_;
     return list;
   }
   if (stall_ && now >= stall_->next_check()) {
     CheckStalls(now, &list);
-    if (!list.abort.empty()) return list;
+    if (list.outcome == Outcome::kAbort) return list;
   }
-  if (cache_toggle_ >= 0 && cache_ && cache_->enabled() != (cache_toggle_ == 1)) {
-    cache_->SetActive(cache_toggle_ == 1);  // before any assignment below
-    list.cache_active = cache_toggle_;
+  const bool cache_on = cache_toggle_ == CacheToggle::kOn;
+  if (cache_toggle_ != CacheToggle::kUnchanged && cache_ && cache_->enabled() != cache_on) {
+    cache_->SetActive(cache_on);  // before any assignment below
+    list.cache = cache_toggle_;
   }
-  cache_toggle_ = -1;
+  cache_toggle_ = CacheToggle::kUnchanged;
   const bool everything_ready = ready_.size() == table_.size();
   const bool release = !ready_.empty() &&
                        (everything_ready || now - oldest_ready_ >= cycle_time_ ||
@@ -286,21 +285,14 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
     for (const std::string& name : ready_) {
       auto it = table_.find(name);
       const Pending& p = it->second;
-      int64_t group = -1;
-      for (const Request& r : p.by_rank) {
-        if (r.rank >= 0) {
-          group = r.group_id;
-          break;
-        }
-      }
+      const Request& canonical = *p.FirstSubmitted();  // ready: some rank has submitted
+      const int64_t group = canonical.group_id;
       if (group >= 0 && !GroupComplete(group)) {
         held.push_back(name);
         continue;
       }
       Response resp = BuildResponse(name, p);
       if (resp.type != Response::Type::kError && cache_ && cache_->enabled()) {
-        const Request& canonical = *std::find_if(p.by_rank.begin(), p.by_rank.end(),
-                                                 [](const Request& r) { return r.rank >= 0; });
         if (canonical.Cacheable()) {
           // Already cached with this signature: keep its slot and generation (no churn).
           auto existing = cache_->Lookup(canonical);
@@ -316,19 +308,7 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
     // Recompute bookkeeping for what stays held.
     group_ready_.clear();
     ready_bytes_ = 0;
-    for (const std::string& name : held) {
-      const Pending& p = table_[name];
-      for (const Request& r : p.by_rank) {
-        if (r.rank < 0) continue;
-        ready_bytes_ += r.ByteSize();
-        if (r.group_id >= 0) {
-          auto& g = group_ready_[r.group_id];
-          ++g.first;
-          g.second = r.group_size;
-        }
-        break;
-      }
-    }
+    for (const std::string& name : held) CountReady(table_[name]);
     ready_ = std::move(held);
     oldest_ready_ = ready_.empty() ? Clock::time_point::max() : now;
     list.responses = PlanFusion(std::move(ready), fusion_threshold_);
@@ -374,7 +354,10 @@ void Coordinator::CheckStalls(Clock::time_point now, ResponseList* list) {
   }
   StallReport report = stall_->Check(waiting, now);
   list->stall_warning = std::move(report.warning);
-  if (!report.shutdown.empty()) list->abort = std::move(report.shutdown);
+  if (!report.shutdown.empty()) {
+    list->outcome = Outcome::kAbort;
+    list->reason = std::move(report.shutdown);
+  }
 }
 
 }  // namespace core

@@ -18,6 +18,7 @@
 //  6. Stalls (stall_inspector.h): a name some ranks submitted and others (not joined) have not,
 //     for DADT_STALL_CHECK_TIME_SECONDS, becomes a warning in the next ResponseList, which every
 //     rank logs; past DADT_STALL_SHUTDOWN_TIME_SECONDS it becomes an abort naming the same.
+// The other ranks' half of the protocol is WorkerNegotiator (worker_negotiator.h).
 // Not thread-safe: owned by rank 0's loop thread.
 #pragma once
 
@@ -58,7 +59,7 @@ class Coordinator {
   void set_events(const timeline::EventStream* events) { events_ = events; }
   void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
   // Switches the response cache on every rank at the next released list.
-  void set_response_cache(bool on) { cache_toggle_ = on ? 1 : 0; }
+  void set_response_cache(bool on) { cache_toggle_ = on ? CacheToggle::kOn : CacheToggle::kOff; }
   void set_cycle_time(std::chrono::microseconds t) { cycle_time_ = t; }
   size_t pending() const { return table_.size(); }
   // Watches for tensors some ranks submitted and others did not (stall_inspector.h); its warnings
@@ -71,9 +72,14 @@ class Coordinator {
     int submitted = 0;
     bool ready = false;
     Clock::time_point first_seen;  // when the first rank submitted it (stall inspector)
+
+    // The request of the lowest rank that has submitted; the tensor's canonical description
+    // once it is ready (every rank's agrees then). Null while no rank has submitted.
+    const Request* FirstSubmitted() const;
   };
 
   bool IsReady(const Pending& p) const;
+  void CountReady(const Pending& p);
   void MarkReadyIfComplete(const std::string& name, Pending& p, Clock::time_point now);
   Response BuildResponse(const std::string& name, const Pending& p) const;
   std::string Validate(const std::string& name, const Pending& p) const;
@@ -98,8 +104,8 @@ class Coordinator {
   int last_joined_ = -1;
   bool join_pending_response_ = false;
 
-  std::vector<int64_t> resend_;
-  int8_t cache_toggle_ = -1;
+  std::vector<ResendEntry> resend_;
+  CacheToggle cache_toggle_ = CacheToggle::kUnchanged;
   int shutdown_rank_ = -1;
   std::unique_ptr<StallInspector> stall_;  // null: no stall check
 };

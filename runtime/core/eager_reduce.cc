@@ -48,5 +48,16 @@ bool TryEagerReduce(const std::vector<Request>& by_rank, int size, Response* res
   return true;
 }
 
+bool AttachEagerInput(Request* request, const void* input, int64_t threshold_bytes) {
+  const int64_t bytes = request->ByteSize();
+  if (request->op != OpType::kAllreduce || request->device != kCpuDevice || bytes <= 0 ||
+      bytes > threshold_bytes) {
+    return false;
+  }
+  request->eager = true;
+  request->data.assign(static_cast<const char*>(input), static_cast<size_t>(bytes));
+  return true;
+}
+
 }  // namespace core
 }  // namespace dadt

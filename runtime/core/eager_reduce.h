@@ -13,6 +13,7 @@
 // zeros through the data plane).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "runtime/core/message.h"
@@ -24,6 +25,11 @@ namespace core {
 // `by_rank` (entries with rank < 0 did not submit) carries a payload of the right size; false
 // otherwise (the caller then uses the data plane).
 bool TryEagerReduce(const std::vector<Request>& by_rank, int size, Response* resp);
+
+// The sending side, on every rank: makes `request` eager, carrying a copy of its `input` bytes,
+// when it is an allreduce of host memory with 1 to `threshold_bytes` bytes (GPU tensors always
+// take the data plane). Returns whether it did.
+bool AttachEagerInput(Request* request, const void* input, int64_t threshold_bytes);
 
 }  // namespace core
 }  // namespace dadt

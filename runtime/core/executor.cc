@@ -78,8 +78,7 @@ void Executor::Finish(TensorEntry& entry, HandleResult result) {
 Status Executor::Execute(const Response& r, EntryMap& entries) {
   const bool traced = events_ && events_->enabled() && r.type != Response::Type::kError &&
                       r.type != Response::Type::kJoin;
-  // Response::Type lists the op types first, in OpType's order.
-  const char* op_name = traced ? OpTypeName(static_cast<OpType>(r.type)) : "";
+  const char* op_name = traced ? OpTypeName(*OpTypeFor(r.type)) : "";
   // Allreduce marks its own collective phase (it sits between the fusion-buffer copies).
   const bool wrap = traced && r.type != Response::Type::kAllreduce;
   std::string op, collective;

@@ -22,8 +22,6 @@
 namespace dadt {
 namespace core {
 
-using EntryMap = std::unordered_map<std::string, TensorEntry>;
-
 // The reserved name under which a rank's join() request travels.
 inline constexpr const char kJoinName[] = "__dadt.join__";
 

@@ -75,6 +75,29 @@ Response::Type ResponseTypeFor(OpType op) {
   return Response::Type::kError;
 }
 
+std::optional<OpType> OpTypeFor(Response::Type type) {
+  switch (type) {
+    case Response::Type::kAllreduce: return OpType::kAllreduce;
+    case Response::Type::kAllgather: return OpType::kAllgather;
+    case Response::Type::kBroadcast: return OpType::kBroadcast;
+    case Response::Type::kAlltoall: return OpType::kAlltoall;
+    case Response::Type::kReducescatter: return OpType::kReducescatter;
+    case Response::Type::kBarrier: return OpType::kBarrier;
+    case Response::Type::kJoin: return OpType::kJoin;
+    case Response::Type::kError: break;
+  }
+  return std::nullopt;
+}
+
+const char* OutcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kContinue: return "continue";
+    case Outcome::kShutdown: return "shutdown";
+    case Outcome::kAbort: return "abort";
+  }
+  return "unknown";
+}
+
 std::string SerializeRequestList(const RequestList& list) {
   ByteWriter w;
   w.Put<uint32_t>(kRequestMagic);
@@ -116,11 +139,22 @@ StatusOr<RequestList> ParseRequestList(const std::string& bytes) {
 std::string SerializeResponseList(const ResponseList& list) {
   ByteWriter w;
   w.Put<uint32_t>(kResponseMagic);
-  w.Put<uint8_t>(list.shutdown ? 1 : 0);
-  w.PutString(list.abort);
-  w.Put<int32_t>(list.abort_rank);
-  w.Put<int8_t>(list.cache_active);
-  w.PutInts(list.resend);
+  // The outcome travels as the flag `shutdown` and the string `abort` (see Outcome).
+  w.Put<uint8_t>(list.outcome == Outcome::kShutdown ? 1 : 0);
+  if (list.outcome == Outcome::kAbort && list.reason.empty()) {
+    w.PutString("dadt job aborted");  // an abort needs a non-empty string to read back as one
+  } else {
+    w.PutString(list.outcome == Outcome::kContinue ? std::string() : list.reason);
+  }
+  w.Put<int32_t>(list.cause_rank);
+  w.Put<int8_t>(static_cast<int8_t>(list.cache));
+  // Resends travel as flat {rank, slot, generation} triples.
+  std::vector<int64_t> resend;
+  resend.reserve(list.resend.size() * 3);
+  for (const ResendEntry& e : list.resend) {
+    resend.insert(resend.end(), {e.rank, e.slot, static_cast<int64_t>(e.generation)});
+  }
+  w.PutInts(resend);
   w.Put<uint32_t>(static_cast<uint32_t>(list.responses.size()));
   for (const auto& r : list.responses) {
     w.Put<int32_t>(static_cast<int32_t>(r.type));
@@ -150,11 +184,22 @@ StatusOr<ResponseList> ParseResponseList(const std::string& bytes) {
   ByteReader rd(bytes.data(), bytes.size());
   if (rd.Get<uint32_t>() != kResponseMagic) return InternalError("bad response list header");
   ResponseList list;
-  list.shutdown = rd.Get<uint8_t>() != 0;
-  list.abort = rd.GetString();
-  list.abort_rank = rd.Get<int32_t>();
-  list.cache_active = rd.Get<int8_t>();
-  list.resend = rd.GetInts();
+  const bool shutdown = rd.Get<uint8_t>() != 0;
+  list.reason = rd.GetString();
+  list.outcome = shutdown              ? Outcome::kShutdown
+                 : list.reason.empty() ? Outcome::kContinue
+                                       : Outcome::kAbort;
+  list.cause_rank = rd.Get<int32_t>();
+  const int8_t cache = rd.Get<int8_t>();
+  if (cache < -1 || cache > 1) return InternalError("malformed response list: cache toggle");
+  list.cache = static_cast<CacheToggle>(cache);
+  const std::vector<int64_t> resend = rd.GetInts();
+  if (resend.size() % 3 != 0) return InternalError("malformed response list: resend entries");
+  for (size_t i = 0; i < resend.size(); i += 3) {
+    list.resend.push_back(ResendEntry{static_cast<int32_t>(resend[i]),
+                                      static_cast<int32_t>(resend[i + 1]),
+                                      static_cast<uint32_t>(resend[i + 2])});
+  }
   uint32_t n = rd.Get<uint32_t>();
   for (uint32_t i = 0; i < n && rd.ok(); ++i) {
     Response r;

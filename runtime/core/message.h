@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/common/status.h"
@@ -90,16 +92,60 @@ struct Response {
   int64_t total_bytes = 0;      // coordinator-side bookkeeping for fusion; not sent
 };
 
+// A cached ref the coordinator could not resolve (its slot was reassigned meanwhile): `rank`
+// resends the full request it had sent as (slot, generation).
+struct ResendEntry {
+  int32_t rank = 0;
+  int32_t slot = 0;
+  uint32_t generation = 0;
+
+  CachedRef ref() const { return CachedRef{slot, generation}; }
+  bool operator==(const ResendEntry& o) const {
+    return rank == o.rank && slot == o.slot && generation == o.generation;
+  }
+};
+
+// Whether every rank switches its response cache before the list's responses (the autotuner's
+// knob). On the wire: -1, 0, 1.
+enum class CacheToggle : int8_t { kUnchanged = -1, kOff = 0, kOn = 1 };
+
+// What the list means for the job once its responses have been handled.
+//  kContinue: nothing more; the job goes on.
+//  kShutdown: a rank asked to stop (or rank 0 failed and tells why): every rank first runs the
+//             list's responses, then fails its pending work with `reason` ("dadt has been shut
+//             down" when empty).
+//  kAbort:    the job is broken (a stall past its shutdown time): every rank fails its pending
+//             work with `reason` at once, without running the list's responses.
+// On the wire (message.cc) these are the flag `shutdown` and the string `abort`: kShutdown sets
+// the flag; kAbort leaves it clear with a non-empty string.
+enum class Outcome : uint8_t { kContinue, kShutdown, kAbort };
+const char* OutcomeName(Outcome o);
+
 struct ResponseList {
   std::vector<Response> responses;
-  // Cached refs the coordinator could not resolve (a slot reassigned meanwhile): the rank resends
-  // the full request. Each entry is {rank, slot, generation}.
-  std::vector<int64_t> resend;
-  bool shutdown = false;
-  std::string abort;  // non-empty: the job is broken; every rank fails its pending work with it
-  int32_t abort_rank = -1;  // the rank whose exit or failure caused `abort`, when known
-  int8_t cache_active = -1;  // 0/1: every rank turns its response cache off/on before the responses
+  std::vector<ResendEntry> resend;
+  Outcome outcome = Outcome::kContinue;
+  std::string reason;        // kShutdown, kAbort: the message pending work fails with
+  int32_t cause_rank = -1;   // kShutdown, kAbort: the rank whose exit or failure caused it
+  CacheToggle cache = CacheToggle::kUnchanged;  // applied before the responses
   std::string stall_warning;  // non-empty: every rank logs it (runtime/core/stall_inspector.h)
+
+  // What rank 0 broadcasts when it must end the job itself: every rank fails its pending work
+  // with `reason`, blaming `cause_rank`.
+  static ResponseList Shutdown(std::string reason, int32_t cause_rank) {
+    ResponseList list;
+    list.outcome = Outcome::kShutdown;
+    list.reason = std::move(reason);
+    list.cause_rank = cause_rank;
+    return list;
+  }
+
+  // True when the list carries nothing for the ranks (no response, resend, outcome, toggle or
+  // warning): rank 0 does not broadcast it.
+  bool Empty() const {
+    return responses.empty() && resend.empty() && outcome == Outcome::kContinue &&
+           cache == CacheToggle::kUnchanged && stall_warning.empty();
+  }
 };
 
 std::string SerializeRequestList(const RequestList& list);
@@ -107,7 +153,9 @@ StatusOr<RequestList> ParseRequestList(const std::string& bytes);
 std::string SerializeResponseList(const ResponseList& list);
 StatusOr<ResponseList> ParseResponseList(const std::string& bytes);
 
+// OpType <-> Response::Type, by name, never by enum order. kError has no op type (nullopt).
 Response::Type ResponseTypeFor(OpType op);
+std::optional<OpType> OpTypeFor(Response::Type type);
 
 }  // namespace core
 }  // namespace dadt

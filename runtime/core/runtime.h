@@ -1,9 +1,22 @@
-// Runtime: the per-process engine. One object owns everything: the tensor queue, the handles, the
-// response cache, the coordinator (on rank 0), the control channel, the backend and the one loop
-// thread. There is no other global state, so tests run several ranks as threads in one process.
+// Runtime: the per-process engine, a thin owner of the loop. One object owns everything: the
+// tensor queue, the handles, the response cache, the negotiation half of its rank (the
+// Coordinator on rank 0, a WorkerNegotiator elsewhere), the response dispatcher, the control
+// transport, the backend and the one loop thread. There is no other global state, so tests run
+// several ranks as threads in one process. Start settles and connects the engines
+// (engine_setup.h); Enqueue checks entries (entry_checks.h) and queues them.
 //
-// Threading (docs/thread_model.md): framework threads call Enqueue and the HandleTable; only the
-// loop thread touches negotiation state, the backend and the entries it is executing.
+// Threading (docs/thread_model.md): framework threads call Enqueue, the timeline and fusion-knob
+// setters and the HandleTable; only the loop thread touches negotiation state, the backend and
+// the entries it is executing. Methods that may run only there are named `...FromLoop` and check
+// it in debug builds (loop_thread.h).
+//
+// One loop cycle (RunFromLoop):
+//  1. sleep until an entry, a message, the coordinator's deadline or a probe is due (LoopPoller);
+//  2. drain the TensorQueue: eager payloads attached, requests to the Coordinator (rank 0) or the
+//     WorkerNegotiator's batch, which is sent to rank 0;
+//  3. read what arrived: rank 0 feeds requests to its Coordinator; a worker handles each
+//     ResponseList (HandleResponsesFromLoop: resends, dispatch, outcome);
+//  4. rank 0 computes what is released, broadcasts it and handles it like any worker.
 //
 //   RuntimeOptions opts = *RuntimeOptions::FromEnv();
 //   auto rt = Runtime::Start(opts, /*store=*/nullptr);    // store from the environment
@@ -27,52 +40,24 @@
 #include "runtime/common/kv_store.h"
 #include "runtime/common/status.h"
 #include "runtime/core/autotune_driver.h"
-#include "runtime/core/control_channel.h"
 #include "runtime/core/coordinator.h"
+#include "runtime/core/engine_setup.h"
 #include "runtime/core/executor.h"
+#include "runtime/core/fusion_params.h"
 #include "runtime/core/handle_table.h"
 #include "runtime/core/lanes.h"
+#include "runtime/core/loop_poller.h"
+#include "runtime/core/loop_thread.h"
 #include "runtime/core/response_cache.h"
-#include "runtime/core/stall_inspector.h"
+#include "runtime/core/response_dispatcher.h"
+#include "runtime/core/runtime_options.h"
 #include "runtime/core/tensor_queue.h"
-#include "timeline/chrome_trace_writer.h"
+#include "runtime/core/timeline_control.h"
+#include "runtime/core/worker_negotiator.h"
 #include "timeline/event.h"
 
 namespace dadt {
 namespace core {
-
-struct RuntimeOptions : JobGeometry {
-  int64_t fusion_threshold_bytes = 128LL << 20;
-  double cycle_time_ms = 1.0;
-  int64_t cache_capacity = 1024;
-  // Allreduces up to this many bytes travel with their negotiation (eager_reduce.h); 0 disables.
-  int64_t eager_threshold_bytes = 32 * 1024;
-  std::string backend = "gloo";
-  // The engine for GPU tensors ("nccl"), or empty: the front end stages them through host memory
-  // and `backend`. init(all_reduce_executor='nccl') sets it; DADT_DEVICE_BACKEND overrides.
-  std::string device_backend;
-  // Who carries negotiation: "gloo" (the TCP star over dadtrun's rendezvous) or "mpi" (MPI
-  // messages; the geometry then comes from MPI). DADT_CONTROLLER, else "mpi" under plain mpirun.
-  std::string controller = "gloo";
-  // Allreduce inside hosts, then across them (DADT_HIERARCHICAL_ALLREDUCE).
-  bool hierarchical_allreduce = false;
-  // An MPI_Comm (as uintptr_t) for controller and data plane, 0 for MPI_COMM_WORLD.
-  uintptr_t native_comm = 0;
-  std::string iface;
-  std::string secret;
-  std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
-  std::chrono::milliseconds op_timeout{std::chrono::seconds(300)};
-  int64_t segment_bytes = 0;  // DADT_GLOO_SEGMENT_BYTES; 0: the engine's default
-  // DADT_GLOO_THREADS: collectives in flight at once on engines that can (lanes.h); 1: one.
-  int64_t gloo_threads = 2;
-  // DADT_REALTIME_THREADS (off by default): with the Gloo controller, the loop thread, the lanes
-  // and Gloo's transport thread run at real-time priority where allowed (thread_priority.h).
-  bool realtime_threads = false;
-  StallOptions stall;  // rank 0's stall inspector (DADT_STALL_*)
-
-  // The launcher's environment (docs/running.md); junk values are InvalidArgument naming them.
-  static StatusOr<RuntimeOptions> FromEnv();
-};
 
 class Runtime {
  public:
@@ -107,30 +92,32 @@ class Runtime {
   bool controller_multi_threaded() const { return channel_->multi_threaded(); }
 
  private:
-  explicit Runtime(const RuntimeOptions& options);
-  // The transport for options.controller; for MPI it also fills in the geometry it finds.
-  static StatusOr<std::unique_ptr<backends::ControlTransport>> CreateTransport(
-      RuntimeOptions* options, KeyValueStore* store);
-  Status Validate(const TensorEntry& entry) const;
-  // The loop thread: RunLoop, then waits for the lanes.
-  void Loop();
-  void RunLoop();
-  // Returns true when the loop must end (shutdown or abort).
-  bool HandleResponses(const ResponseList& list);
-  // Moves this rank's entries for `r` out of entries_, for a lane.
-  EntryMap TakeEntries(const Response& r);
-  // Waits until the lanes are idle; their first failure, if any.
-  Status DrainLanes();
-  // Fails everything. `cause_rank` (when known) is the rank whose exit or failure caused this; it is
-  // recorded at rendezvous ("cause/<rank>") so that dadtrun blames the root cause.
-  void Abort(const Status& status, int cause_rank = -1);
-  void FailAll(const Status& status);
-  void RecordCause(int cause_rank);
+  using Clock = std::chrono::steady_clock;
+
+  // Takes the connected engines and builds the rest (coordinator or negotiator, executor, lanes,
+  // dispatcher); the loop thread starts later.
+  explicit Runtime(Engines engines);
   // At Start, once every rank is connected: rank 0's autotuner, and the timeline from
   // DADT_TIMELINE. A failure here is broadcast to the other ranks as the job's abort cause.
   Status StartRankZeroTools();
-  // Loop thread: applies what SetFusionParams left in pending_params_.
-  void ApplyPendingParams();
+
+  // The loop thread's body: binds the thread checker, runs RunFromLoop, then waits for the lanes.
+  void LoopMain();
+  void RunFromLoop();
+  // Step 2: drains the queue into the coordinator or the negotiator's batch; adds a shutdown
+  // request once Shutdown was called.
+  void SubmitQueuedFromLoop(Clock::time_point now);
+  // Steps 2 (sending), 3 and 4. Returns true when the loop must end (shutdown or abort).
+  bool ExchangeFromLoop(Clock::time_point now);
+  // Returns true when the loop must end (shutdown or abort).
+  bool HandleResponsesFromLoop(const ResponseList& list);
+  // Fails everything. `cause_rank` (when known) is the rank whose exit or failure caused this; it
+  // is recorded at rendezvous ("cause/<rank>") so that dadtrun blames the root cause.
+  void AbortFromLoop(const Status& status, int cause_rank = -1);
+  void FailAllFromLoop(const Status& status);
+  // Applies what SetFusionParams posted (rank 0).
+  void ApplyFusionParamsFromLoop();
+  void RecordCause(int cause_rank);
 
   const RuntimeOptions options_;
   std::unique_ptr<KeyValueStore> store_;
@@ -139,29 +126,23 @@ class Runtime {
   HandleTable handles_;
   TensorQueue queue_;
   ResponseCache cache_;
-  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+  std::unique_ptr<Coordinator> coordinator_;      // rank 0 only
+  std::unique_ptr<WorkerNegotiator> negotiator_;  // every other rank
   std::unique_ptr<Executor> executor_;
   // Runs CPU collectives two (gloo_threads) at a time; null when the loop runs them all itself.
   // Declared after backend_: its forks go first.
   std::unique_ptr<Lanes> lanes_;
+  std::unique_ptr<LanesAndExecutor> runner_;
+  std::unique_ptr<ResponseDispatcher> dispatcher_;
   std::unique_ptr<AutotuneDriver> autotune_;  // rank 0, when DADT_AUTOTUNE is on
 
   // The one event stream (timeline now, autotuner later). Emitted from the loop thread and lanes.
   timeline::EventStream events_;
-  std::mutex timeline_mu_;  // guards timeline_writer_ (start/stop from API threads)
-  std::shared_ptr<timeline::ChromeTraceWriter> timeline_writer_;
-  std::atomic<bool> mark_cycles_{false};
+  TimelineControl timeline_{&events_};
+  FusionParamsMailbox fusion_params_;  // SetFusionParams -> rank 0's loop thread
 
-  // Loop-thread state.
-  EntryMap entries_;
-  std::unordered_map<uint64_t, std::string> sent_refs_;  // (slot, generation) -> name
-
-  struct PendingParams {
-    int64_t fusion_threshold_bytes = -1;
-    double cycle_time_ms = -1;
-  };
-  std::mutex params_mu_;  // guards pending_params_ (set from API threads, taken by the loop)
-  std::optional<PendingParams> pending_params_;
+  LoopThreadChecker loop_checker_;
+  EntryMap entries_;  // loop thread: what this rank has drained and not finished
 
   std::atomic<bool> shutdown_requested_{false};
   bool shutdown_sent_ = false;

@@ -5,7 +5,7 @@
 
 #include "runtime/backends/backend.h"
 #include "runtime/common/env.h"
-#include "runtime/core/runtime.h"
+#include "runtime/core/runtime_options.h"
 
 namespace dadt {
 namespace core {

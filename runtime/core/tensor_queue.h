@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct TensorEntry {
   int64_t enqueue_us = 0;  // timeline::NowMicros() at Enqueue, for the QUEUE phase
   uintptr_t stream = 0;    // GPU tensors: the framework's stream the data is ready on (0: default)
 };
+
+// The entries a rank has in flight (drained, not finished), by tensor name.
+using EntryMap = std::unordered_map<std::string, TensorEntry>;
 
 class TensorQueue {
  public:

@@ -58,7 +58,7 @@ TEST_P(CoordinatorStallTest, SkippedTensorIsReportedWithTheMissingRank) {
   EXPECT_TRUE(early.stall_warning.empty());
   ResponseList list = c->Compute(t0_ + seconds(2));
   EXPECT_TRUE(list.responses.empty());
-  EXPECT_TRUE(list.abort.empty());
+  EXPECT_EQ(list.outcome, Outcome::kContinue);
   ASSERT_FALSE(list.stall_warning.empty());
   EXPECT_TRUE(Contains(list.stall_warning, "missing rank " + std::to_string(skipper) + ": [grad.w]"))
       << list.stall_warning;
@@ -142,12 +142,12 @@ TEST_P(CoordinatorStallTest, ShutdownTimeEndsTheJobNamingTheTensor) {
     EXPECT_EQ(c->Compute(t0_).responses.size(), 1u) << "one rank is never stalled";
     return;
   }
-  EXPECT_TRUE(c->Compute(t0_ + seconds(2)).abort.empty());
+  EXPECT_EQ(c->Compute(t0_ + seconds(2)).outcome, Outcome::kContinue);
   ResponseList list = c->Compute(t0_ + seconds(3));
-  ASSERT_FALSE(list.abort.empty());
-  EXPECT_FALSE(list.shutdown) << "an abort, so every rank fails its pending work with the message";
-  EXPECT_TRUE(Contains(list.abort, "tensor 'never'")) << list.abort;
-  EXPECT_TRUE(Contains(list.abort, "missing rank(s) 1")) << list.abort;
+  ASSERT_EQ(list.outcome, Outcome::kAbort)
+      << "an abort, so every rank fails its pending work with the message";
+  EXPECT_TRUE(Contains(list.reason, "tensor 'never'")) << list.reason;
+  EXPECT_TRUE(Contains(list.reason, "missing rank(s) 1")) << list.reason;
 }
 
 TEST_P(CoordinatorStallTest, WithoutStallOptionsNothingIsChecked) {
@@ -164,7 +164,8 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CoordinatorStallTest, ::testing::Values(1, 2, 3,
 TEST(StallWarningWire, TravelsInTheResponseList) {
   ResponseList list;
   list.stall_warning = "stall: tensor 'a' missing rank 1";
-  list.abort = "x";
+  list.outcome = Outcome::kAbort;
+  list.reason = "x";
   auto parsed = ParseResponseList(SerializeResponseList(list));
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(parsed->stall_warning, list.stall_warning);

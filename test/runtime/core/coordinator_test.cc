@@ -164,7 +164,7 @@ TEST_P(CoordinatorTest, CachedRefsResolveAndStaleOnesAskForResend) {
   stale.cached.push_back(CachedRef{ref.slot, ref.generation + 5});
   c.Receive(stale, t0_);
   ResponseList third = c.Compute(t0_);
-  EXPECT_EQ(third.resend, (std::vector<int64_t>{0, ref.slot, ref.generation + 5}));
+  EXPECT_EQ(third.resend, (std::vector<ResendEntry>{{0, ref.slot, ref.generation + 5}}));
 }
 
 TEST_P(CoordinatorTest, ShutdownFromAnyRankEndsTheJob) {
@@ -172,8 +172,9 @@ TEST_P(CoordinatorTest, ShutdownFromAnyRankEndsTheJob) {
   c.Add(Allreduce(0, "pending"), t0_);
   c.RequestShutdown(size() - 1);
   ResponseList list = c.Compute(t0_);
-  EXPECT_TRUE(list.shutdown);
-  EXPECT_NE(list.abort.find("rank " + std::to_string(size() - 1)), std::string::npos);
+  EXPECT_EQ(list.outcome, Outcome::kShutdown);
+  EXPECT_EQ(list.cause_rank, size() - 1);
+  EXPECT_NE(list.reason.find("rank " + std::to_string(size() - 1)), std::string::npos);
 }
 
 TEST_P(CoordinatorTest, CacheSwitchTravelsWithTheNextListAndStopsAssignments) {
@@ -181,13 +182,13 @@ TEST_P(CoordinatorTest, CacheSwitchTravelsWithTheNextListAndStopsAssignments) {
   c.set_response_cache(false);
   for (int r = 0; r < size(); ++r) c.Add(Allreduce(r, "w"), t0_);
   ResponseList off = c.Compute(t0_);
-  EXPECT_EQ(off.cache_active, 0);
+  EXPECT_EQ(off.cache, CacheToggle::kOff);
   ASSERT_EQ(off.responses.size(), 1u);
   EXPECT_TRUE(off.responses[0].cache_slots.empty()) << "no slot may be assigned while off";
   c.set_response_cache(true);
   for (int r = 0; r < size(); ++r) c.Add(Allreduce(r, "w"), t0_);
   ResponseList on = c.Compute(t0_);
-  EXPECT_EQ(on.cache_active, 1);
+  EXPECT_EQ(on.cache, CacheToggle::kOn);
   ASSERT_EQ(on.responses.size(), 1u);
   EXPECT_EQ(on.responses[0].cache_slots.size(), 1u);
 }

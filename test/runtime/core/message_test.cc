@@ -39,8 +39,11 @@ TEST(MessageTest, RequestListRoundTrips) {
 
 TEST(MessageTest, ResponseListRoundTrips) {
   ResponseList l;
-  l.abort = "why";
-  l.resend = {1, 2, 3};
+  l.outcome = Outcome::kShutdown;
+  l.reason = "why";
+  l.cause_rank = 2;
+  l.cache = CacheToggle::kOff;
+  l.resend = {{1, 2, 3}, {0, 5, 4000000000u}};
   Response r;
   r.type = Response::Type::kAllgather;
   r.names = {"a", "b"};
@@ -54,7 +57,10 @@ TEST(MessageTest, ResponseListRoundTrips) {
   l.responses.push_back(r);
   auto back = ParseResponseList(SerializeResponseList(l));
   ASSERT_TRUE(back.ok());
-  EXPECT_EQ(back->abort, "why");
+  EXPECT_EQ(back->outcome, Outcome::kShutdown);
+  EXPECT_EQ(back->reason, "why");
+  EXPECT_EQ(back->cause_rank, 2);
+  EXPECT_EQ(back->cache, CacheToggle::kOff);
   EXPECT_EQ(back->resend, l.resend);
   ASSERT_EQ(back->responses.size(), 1u);
   EXPECT_EQ(back->responses[0].names, r.names);
@@ -63,6 +69,57 @@ TEST(MessageTest, ResponseListRoundTrips) {
   EXPECT_EQ(back->responses[0].last_joined_rank, 2);
   EXPECT_TRUE(back->responses[0].eager);
   EXPECT_EQ(back->responses[0].data, r.data);
+}
+
+// Each outcome survives the wire's two fields (the `shutdown` flag and the `abort` string).
+TEST(MessageTest, OutcomesRoundTrip) {
+  for (Outcome o : {Outcome::kContinue, Outcome::kShutdown, Outcome::kAbort}) {
+    for (const std::string reason : {"", "rank 1 exited"}) {
+      ResponseList l;
+      l.outcome = o;
+      l.reason = reason;
+      l.cause_rank = o == Outcome::kContinue ? -1 : 1;
+      auto back = ParseResponseList(SerializeResponseList(l));
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      EXPECT_EQ(back->outcome, o) << OutcomeName(o) << " with reason '" << reason << "'";
+      EXPECT_EQ(back->cause_rank, l.cause_rank);
+      if (o == Outcome::kContinue) {
+        EXPECT_TRUE(back->reason.empty());
+      } else if (!reason.empty()) {
+        EXPECT_EQ(back->reason, reason);
+      }
+    }
+  }
+}
+
+// The byte layout predates the typed fields: a list written the old way reads the same.
+TEST(MessageTest, ResponseListWireLayoutIsUnchanged) {
+  ResponseList l;
+  l.outcome = Outcome::kShutdown;
+  l.reason = "ab";
+  l.cause_rank = 3;
+  l.cache = CacheToggle::kOn;
+  l.resend = {{1, 2, 7}};
+  const std::string bytes = SerializeResponseList(l);
+  std::string expected("\x52\x50\x53\x44", 4);  // magic "RPSD", little-endian
+  expected += '\x01';                                // shutdown flag
+  expected += std::string("\x02\x00\x00\x00", 4) + "ab";  // abort string
+  expected += std::string("\x03\x00\x00\x00", 4);         // abort rank
+  expected += '\x01';                                        // cache: on
+  expected += std::string("\x03\x00\x00\x00", 4);         // three resend ints
+  for (int64_t v : {1, 2, 7}) expected += std::string(reinterpret_cast<const char*>(&v), 8);
+  expected += std::string(4, '\0');  // no responses
+  expected += std::string(4, '\0');  // empty stall warning
+  EXPECT_EQ(bytes, expected);
+}
+
+TEST(MessageTest, OpTypeAndResponseTypeConvertByName) {
+  for (OpType op : {OpType::kAllreduce, OpType::kAllgather, OpType::kBroadcast, OpType::kAlltoall,
+                    OpType::kReducescatter, OpType::kBarrier, OpType::kJoin}) {
+    ASSERT_TRUE(OpTypeFor(ResponseTypeFor(op)).has_value()) << OpTypeName(op);
+    EXPECT_EQ(*OpTypeFor(ResponseTypeFor(op)), op) << OpTypeName(op);
+  }
+  EXPECT_FALSE(OpTypeFor(Response::Type::kError).has_value());
 }
 
 TEST(MessageTest, TruncatedOrGarbageInputIsAnErrorNotACrash) {
@@ -80,6 +137,12 @@ TEST(MessageTest, TruncatedOrGarbageInputIsAnErrorNotACrash) {
   garbage[13] = '\xff';
   EXPECT_FALSE(ParseRequestList(garbage).ok());
   EXPECT_FALSE(ParseResponseList("nonsense").ok());
+  ResponseList odd;
+  odd.resend = {{1, 2, 3}};
+  std::string resend = SerializeResponseList(odd);
+  resend[14] = '\x02';  // two ints: not a whole {rank, slot, generation} entry
+  resend.erase(18 + 2 * 8, 8);   // the third int
+  EXPECT_FALSE(ParseResponseList(resend).ok());
 }
 
 }  // namespace

@@ -1,0 +1,188 @@
+#include "runtime/core/engine_setup.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/backends/device.h"
+#include "runtime/backends/engine_builder.h"
+#include "runtime/common/env.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/rendezvous/client.h"
+#include "runtime/common/rendezvous/in_memory_store.h"
+#include "runtime/common/rendezvous/socket.h"
+#include "runtime/core/control_channel.h"
+
+namespace dadt {
+namespace core {
+namespace {
+
+// The IPv4 address the coordinator listens on: the chosen interface's, loopback when every rank
+// is on this host, else the address the hostname resolves to.
+StatusOr<std::string> BindAddress(const RuntimeOptions& o) {
+  if (!o.iface.empty()) return rendezvous::InterfaceAddress(o.iface);
+  if (o.local_size == o.size) return std::string("127.0.0.1");
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  if (getaddrinfo(host, nullptr, &hints, &res) != 0 || !res) {
+    return InvalidArgument(std::string("cannot resolve this host's name '") + host +
+                           "'; pass --network-interface");
+  }
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof(buf));
+  freeaddrinfo(res);
+  return std::string(buf);
+}
+
+// The transport for options.controller; for MPI it also fills in the geometry it finds.
+StatusOr<std::unique_ptr<backends::ControlTransport>> CreateTransport(RuntimeOptions* options,
+                                                                      KeyValueStore* store) {
+  if (options->controller == "gloo") {
+    auto bind = BindAddress(*options);
+    if (!bind.ok()) return bind.status();
+    auto channel = ControlChannel::Create(options->rank, options->size, store, *bind,
+                                          options->secret, options->start_timeout);
+    if (!channel.ok()) return channel.status();
+    return std::unique_ptr<backends::ControlTransport>(std::move(*channel));
+  }
+  backends::ControlTransportOptions to;
+  to.native_comm = options->native_comm;
+  to.timeout = options->start_timeout;
+  auto transport = backends::ControlTransportRegistry::Create(options->controller, to);
+  if (!transport.ok()) return transport.status();
+  static_cast<JobGeometry&>(*options) = (*transport)->geometry();
+  // Hosts as the environment describes them take precedence over MPI's shared-memory view (a
+  // scheduler that knows the topology, or pretend hosts in tests); rank and size stay MPI's.
+  const char* names[] = {env::kLocalRank, env::kLocalSize, env::kCrossRank, env::kCrossSize};
+  if (std::all_of(std::begin(names), std::end(names), [](const char* n) { return env::IsSet(n); })) {
+    int* fields[] = {&options->local_rank, &options->local_size, &options->cross_rank,
+                     &options->cross_size};
+    for (int i = 0; i < 4; ++i) DADT_ASSIGN_OR_RETURN(*fields[i], env::GetInt(names[i], 0));
+    if (options->local_rank < 0 || options->local_rank >= options->local_size ||
+        options->cross_rank < 0 || options->cross_rank >= options->cross_size) {
+      return InvalidArgument("DADT_LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_SIZE describe no valid "
+                             "place in the job");
+    }
+  }
+  return transport;
+}
+
+// Step 1's first half, before any connection: which engines the requested executor means.
+// Sets *nccl_requested when the executor was "nccl".
+Status SettleEngines(RuntimeOptions* options, bool* nccl_requested) {
+  *nccl_requested = options->backend == "nccl";
+  if (*nccl_requested) {
+    // NCCL carries the GPU tensors; host tensors and negotiation stay on the controller.
+    std::string why;
+    if (backends::DeviceRegistry::VisibleDevices(&why) == 0) {
+      return PreconditionFailed("the nccl executor needs a GPU: " + why);
+    }
+    options->device_backend = "nccl";
+    options->backend = options->controller;
+  }
+  if (options->backend == "mpi" && options->controller == "gloo" && options->size == 1 &&
+      !env::IsSet(env::kRendezvousAddr)) {
+    options->controller = "mpi";  // a lone process asking for MPI: an MPI singleton
+  }
+  if (options->backend == "mpi" && options->controller != "mpi") {
+    return PreconditionFailed("the mpi executor needs MPI as the controller: launch the job with "
+                              "`dadtrun --mpi` or `mpirun` (this one was started by dadtrun --gloo)");
+  }
+  return Status::OK();
+}
+
+// Step 1's second half, once the geometry is known: NCCL needs one GPU per rank; with fewer GPUs
+// than ranks on this host (or none) GPU tensors are staged through host memory and the job's
+// executor instead (docs/backends.md).
+void StageGpuTensorsIfShort(RuntimeOptions* options) {
+  std::string why;
+  const int gpus = backends::DeviceRegistry::VisibleDevices(&why);
+  if (gpus < options->local_size) {
+    if (gpus > 0) {
+      DADT_LOG(INFO) << gpus << " GPU(s) for " << options->local_size
+                     << " ranks on this host: GPU tensors are staged through host memory";
+    }
+    options->device_backend.clear();
+  }
+}
+
+// Step 2, when no store was given and none was made for an MPI job.
+StatusOr<std::unique_ptr<KeyValueStore>> StoreFromEnvironment(const RuntimeOptions& options) {
+  if (env::IsSet(env::kRendezvousAddr)) {
+    auto client = rendezvous::ConnectFromEnv(options.start_timeout);
+    if (!client.ok()) return client.status();
+    return std::unique_ptr<KeyValueStore>(std::move(*client));
+  }
+  if (options.size == 1) return std::unique_ptr<KeyValueStore>(new rendezvous::InMemoryStore());
+  return PreconditionFailed("this process is rank " + std::to_string(options.rank) + " of " +
+                            std::to_string(options.size) +
+                            " but no rendezvous server is set (DADT_RENDEZVOUS_ADDR); start the "
+                            "job with dadtrun");
+}
+
+backends::BackendOptions DataPlaneOptions(const RuntimeOptions& options, KeyValueStore* store) {
+  backends::BackendOptions bo;
+  static_cast<JobGeometry&>(bo) = options;
+  bo.iface = options.iface;
+  bo.timeout = options.op_timeout;
+  bo.connect_timeout = options.start_timeout;
+  bo.segment_bytes = options.segment_bytes;
+  bo.realtime_threads = options.UsesRealtimeThreads();
+  bo.store = store;
+  bo.store_prefix = options.backend + "/";
+  bo.native_comm = options.native_comm;
+  return bo;
+}
+
+}  // namespace
+
+StatusOr<Engines> ConnectEngines(const RuntimeOptions& requested,
+                                 std::unique_ptr<KeyValueStore> store) {
+  Engines e;
+  e.options = requested;
+  RuntimeOptions& options = e.options;
+  bool nccl_requested = false;
+  DADT_RETURN_IF_ERROR(SettleEngines(&options, &nccl_requested));
+  // An MPI controller learns the geometry from MPI first; the TCP star needs the store first.
+  if (options.controller != "gloo") {
+    auto created = CreateTransport(&options, nullptr);
+    if (!created.ok()) return created.status();
+    e.transport = std::move(*created);
+    if (!store && !env::IsSet(env::kRendezvousAddr)) {
+      if (options.backend != "mpi" && options.size > 1) {
+        return PreconditionFailed("the " + options.backend + " executor needs dadtrun's "
+                                  "rendezvous, which plain mpirun does not provide: launch with "
+                                  "`dadtrun --" + options.backend + "`, or use the mpi executor");
+      }
+      store = std::make_unique<rendezvous::InMemoryStore>();
+    }
+  }
+  if (options.device_backend == "nccl" && !nccl_requested) StageGpuTensorsIfShort(&options);
+  SetLogRank(options.rank);
+  if (!store) {
+    auto from_env = StoreFromEnvironment(options);
+    if (!from_env.ok()) return from_env.status();
+    store = std::move(*from_env);
+  }
+  e.store = std::move(store);
+  e.backend_options = DataPlaneOptions(options, e.store.get());
+  auto backend = backends::CreateDataPlane(options.backend, e.backend_options,
+                                           options.hierarchical_allreduce);
+  if (!backend.ok()) return backend.status();
+  e.backend = std::move(*backend);
+  if (!e.transport) {
+    auto created = CreateTransport(&options, e.store.get());
+    if (!created.ok()) return created.status();
+    e.transport = std::move(*created);
+  }
+  return e;
+}
+
+}  // namespace core
+}  // namespace dadt

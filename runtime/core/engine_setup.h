@@ -1,0 +1,48 @@
+// Engine setup: settles which engines a rank runs and connects them, before its Runtime starts.
+//
+// Three decisions and their order live here, apart from the loop that uses the result:
+//  1. Policy: the nccl executor puts GPU tensors on NCCL and host tensors on the controller's
+//     engine; a lone process asking for MPI becomes an MPI singleton; the mpi executor needs the
+//     MPI controller; with fewer GPUs than ranks on the host, GPU tensors are staged through host
+//     memory instead of NCCL.
+//  2. The rendezvous store: the one given, dadtrun's (DADT_RENDEZVOUS_ADDR), or an in-memory one
+//     for a single process (or under plain mpirun with the mpi executor).
+//  3. Connections, in the same order on every rank: an MPI controller first (it learns the
+//     geometry from MPI), then the data-plane backend (runtime/backends/engine_builder.h), then
+//     the TCP star of the Gloo controller (ControlChannel).
+// Runs on the thread that calls Runtime::Start. Core code: it names engines only by their
+// registry names, never includes one.
+//
+//   auto engines = ConnectEngines(options, /*store=*/nullptr);
+//   if (!engines.ok()) return engines.status();
+//   engines->backend->Allreduce(...);
+#pragma once
+
+#include <memory>
+
+#include "runtime/backends/backend.h"
+#include "runtime/backends/control_transport.h"
+#include "runtime/common/kv_store.h"
+#include "runtime/common/status.h"
+#include "runtime/core/runtime_options.h"
+
+namespace dadt {
+namespace core {
+
+struct Engines {
+  // As settled: the engines chosen, and the geometry an MPI controller found.
+  RuntimeOptions options;
+  std::unique_ptr<KeyValueStore> store;
+  std::unique_ptr<backends::Backend> backend;               // the data plane
+  std::unique_ptr<backends::ControlTransport> transport;    // negotiation
+  // What the data plane was created with; the GPU engine is created over the same (lazily).
+  backends::BackendOptions backend_options;
+};
+
+// Settles `requested` and connects every engine; `store` may be null (see 2 above). Also sets
+// the log prefix's rank once the rank is known.
+StatusOr<Engines> ConnectEngines(const RuntimeOptions& requested,
+                                 std::unique_ptr<KeyValueStore> store);
+
+}  // namespace core
+}  // namespace dadt

@@ -1,0 +1,65 @@
+// RuntimeOptions: everything a Runtime is started with -- the job's geometry, the engines, the
+// negotiation and fusion knobs -- and FromEnv, which reads them from the launcher's environment
+// (runtime/common/env.h, docs/running.md).
+//
+//   auto opts = RuntimeOptions::FromEnv();   // junk values are InvalidArgument naming them
+//   if (!opts.ok()) return opts.status();
+//   opts->fusion_threshold_bytes = 0;        // then adjust by hand, e.g. in tests
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "runtime/common/status.h"
+#include "runtime/common/types.h"
+#include "runtime/core/stall_inspector.h"
+
+namespace dadt {
+namespace core {
+
+struct RuntimeOptions : JobGeometry {
+  int64_t fusion_threshold_bytes = 128LL << 20;
+  double cycle_time_ms = 1.0;
+  int64_t cache_capacity = 1024;
+  // Allreduces up to this many bytes travel with their negotiation (eager_reduce.h); 0 disables.
+  int64_t eager_threshold_bytes = 32 * 1024;
+  std::string backend = "gloo";
+  // The engine for GPU tensors ("nccl"), or empty: the front end stages them through host memory
+  // and `backend`. init(all_reduce_executor='nccl') sets it; DADT_DEVICE_BACKEND overrides.
+  std::string device_backend;
+  // Who carries negotiation: "gloo" (the TCP star over dadtrun's rendezvous) or "mpi" (MPI
+  // messages; the geometry then comes from MPI). DADT_CONTROLLER, else "mpi" under plain mpirun.
+  std::string controller = "gloo";
+  // Allreduce inside hosts, then across them (DADT_HIERARCHICAL_ALLREDUCE).
+  bool hierarchical_allreduce = false;
+  // An MPI_Comm (as uintptr_t) for controller and data plane, 0 for MPI_COMM_WORLD.
+  uintptr_t native_comm = 0;
+  std::string iface;
+  std::string secret;
+  std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds op_timeout{std::chrono::seconds(300)};
+  int64_t segment_bytes = 0;  // DADT_GLOO_SEGMENT_BYTES; 0: the engine's default
+  // DADT_GLOO_THREADS: collectives in flight at once on engines that can (lanes.h); 1: one.
+  int64_t gloo_threads = 2;
+  // DADT_REALTIME_THREADS (off by default): with the Gloo controller, the loop thread, the lanes
+  // and Gloo's transport thread run at real-time priority where allowed (thread_priority.h).
+  bool realtime_threads = false;
+  StallOptions stall;  // rank 0's stall inspector (DADT_STALL_*)
+
+  // Real-time loop, lanes and transport threads: asked for, and the controller is Gloo (MPI's
+  // collectives spin while they wait; a real-time thread spinning would starve training).
+  bool UsesRealtimeThreads() const { return realtime_threads && controller == "gloo"; }
+
+  std::chrono::microseconds cycle_time() const { return CycleTimeFromMs(cycle_time_ms); }
+  static std::chrono::microseconds CycleTimeFromMs(double ms) {
+    return std::chrono::microseconds(static_cast<int64_t>(std::llround(ms * 1000)));
+  }
+
+  // The launcher's environment (docs/running.md); junk values are InvalidArgument naming them.
+  static StatusOr<RuntimeOptions> FromEnv();
+};
+
+}  // namespace core
+}  // namespace dadt
