@@ -164,7 +164,7 @@ TEST_F(AutotuneDriverTest, ResponseCacheIsSwitchedOnThroughTheCoordinator) {
   auto d = Start();
   ASSERT_NE(d, nullptr);
   ResponseList list = coordinator_.Compute(Clock::now());
-  EXPECT_EQ(list.cache_active, 1);  // every rank turns its cache on at the same point
+  EXPECT_EQ(list.cache, CacheToggle::kOn);  // every rank turns its cache on at the same point
 }
 
 TEST_F(AutotuneDriverTest, AStepEndsWhenAnAllreduceNameComesRoundAgain) {
