@@ -5,8 +5,8 @@
 // reducescatter and broadcast, barrier and join results, and the errors: a mismatch reaches every
 // tensor's handle, a wrong-sized output names its tensor, a backend failure completes every fused
 // tensor and breaks the job, a GPU tensor without a GPU data plane fails only its own handle.
-// After any completion the tensor's name is free again. Timeline bars nest per tensor and close
-// on error paths too.
+// After any completion the tensor's name is free again. The timeline's bars:
+// executor_timeline_test.cc.
 #include "runtime/core/executor.h"
 
 #include <gtest/gtest.h>
@@ -19,13 +19,7 @@
 #include <vector>
 
 #include "test/runtime/backends/rank_threads.h"
-#include "timeline/event.h"
-
-#define ASSERT_OK(expr)                                      \
-  do {                                                       \
-    const ::dadt::Status _s = (expr);                        \
-    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
-  } while (0)
+#include "test/runtime/core/executor_test_util.h"
 
 namespace dadt {
 namespace core {
@@ -33,87 +27,7 @@ namespace {
 
 using testutil::RunRanks;
 
-// One rank's side of the runtime that the executor talks to.
-struct RankState {
-  RankState(backends::Backend* backend, int rank, int size,
-            const timeline::EventStream* events = nullptr)
-      : executor(backend, rank, size, &handles, &queue, events) {}
-
-  // Enqueues `e` as the runtime does (its name in flight, a handle) and hands it to the loop.
-  int64_t Add(TensorEntry e) {
-    e.handle = handles.Create();
-    const std::string name = e.request.name;
-    EXPECT_OK(queue.Push(e));
-    queue.Drain();
-    entries.emplace(name, e);
-    return e.handle;
-  }
-  // Whether `name` may be enqueued again (the executor called Finish on it).
-  bool NameFree(const std::string& name) {
-    TensorEntry e;
-    e.request.name = name;
-    Status s = queue.Push(e);
-    if (s.ok()) {
-      queue.Drain();
-      queue.Finish(name);
-    }
-    return s.ok();
-  }
-
-  HandleTable handles;
-  TensorQueue queue;
-  EntryMap entries;
-  Executor executor;
-};
-
-TensorEntry Entry(OpType op, const std::string& name, DataType dtype, Shape shape, const void* in,
-                  void* out) {
-  TensorEntry e;
-  e.request.op = op;
-  e.request.name = name;
-  e.request.dtype = dtype;
-  e.request.shape = std::move(shape);
-  e.input = in;
-  e.output = out;
-  return e;
-}
-
-Response Make(Response::Type type, std::vector<std::string> names, std::vector<int64_t> sizes,
-              DataType dtype = DataType::kFloat32, ReduceOp op = ReduceOp::kSum) {
-  Response r;
-  r.type = type;
-  r.names = std::move(names);
-  r.sizes = std::move(sizes);
-  r.dtype = dtype;
-  r.reduce_op = op;
-  return r;
-}
-
-// A backend whose collectives all fail with `status` (or succeed on one rank, as identities).
-class FakeBackend : public backends::Backend {
- public:
-  explicit FakeBackend(Status status = Status::OK()) : status_(std::move(status)) {}
-  const char* Name() const override { return "FAKE"; }
-  Status Allreduce(void*, int64_t, DataType, ReduceOp) override { return status_; }
-  Status Allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes) override {
-    if (status_.ok() && bytes[0]) std::memcpy(out, in, bytes[0]);
-    return status_;
-  }
-  Status Broadcast(void*, int64_t, int) override { return status_; }
-  Status Alltoallv(const void* in, const std::vector<int64_t>& send, void* out,
-                   const std::vector<int64_t>&) override {
-    if (status_.ok() && send[0]) std::memcpy(out, in, send[0]);
-    return status_;
-  }
-  Status Reducescatter(const void*, void*, const std::vector<int64_t>&, DataType,
-                       ReduceOp) override {
-    return status_;
-  }
-  Status Barrier() override { return status_; }
-
- private:
-  Status status_;
-};
+using namespace testing_executor;  // NOLINT: test helpers
 
 class ExecutorTest : public ::testing::TestWithParam<int> {
  protected:
@@ -463,68 +377,6 @@ TEST(Executor, EagerAllreduceCopiesTheCoordinatorsResultOut) {
 }
 
 // Records the timeline events of one tensor as "B:ACTIVITY" / "E:ACTIVITY".
-class RecordingSink : public timeline::EventSink {
- public:
-  void Consume(const timeline::Event& e) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    const char* phase = e.phase == timeline::Phase::kBegin ? "B:" : e.phase == timeline::Phase::kEnd ? "E:" : "I:";
-    bars_[e.tensor].push_back(phase + e.activity);
-    if (e.phase == timeline::Phase::kEnd && !e.args.empty()) args_[e.tensor] = e.args;
-  }
-  std::vector<std::string> bars(const std::string& tensor) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return bars_[tensor];
-  }
-  std::string args(const std::string& tensor) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return args_[tensor];
-  }
-
- private:
-  std::mutex mu_;
-  std::map<std::string, std::vector<std::string>> bars_;
-  std::map<std::string, std::string> args_;
-};
-
-// Every tensor of a fused response gets its own nested bars, and every bar is closed, also when
-// the backend fails (timeline viewers would otherwise show a bar left open).
-TEST(Executor, TimelineBarsNestPerTensorAndCloseEvenOnFailure) {
-  for (const bool fail : {false, true}) {
-    SCOPED_TRACE(fail ? "backend fails" : "backend succeeds");
-    FakeBackend backend(fail ? Aborted("peer lost") : Status::OK());
-    timeline::EventStream events;
-    auto sink = std::make_shared<RecordingSink>();
-    events.AddSink(sink);
-    RankState s(&backend, 0, 1, &events);
-    std::vector<float> a(2), b(3), g(4);
-    s.Add(Entry(OpType::kAllreduce, "a", DataType::kFloat32, {2}, a.data(), a.data()));
-    s.Add(Entry(OpType::kAllreduce, "b", DataType::kFloat32, {3}, b.data(), b.data()));
-    (void)s.executor.Execute(Make(Response::Type::kAllreduce, {"a", "b"}, {2, 3}), s.entries);
-    std::vector<std::string> expected = {"B:ALLREDUCE", "B:MEMCPY_IN_FUSION_BUFFER",
-                                         "E:MEMCPY_IN_FUSION_BUFFER", "B:FAKE_ALLREDUCE",
-                                         "E:FAKE_ALLREDUCE"};
-    if (!fail) expected.insert(expected.end(), {"B:MEMCPY_OUT_FUSION_BUFFER", "E:MEMCPY_OUT_FUSION_BUFFER"});
-    expected.push_back("E:ALLREDUCE");
-    EXPECT_EQ(sink->bars("a"), expected);
-    EXPECT_EQ(sink->bars("b"), expected);
-    EXPECT_EQ(sink->args("b"), timeline::TensorArgs("float32", {3}));
-
-    s.Add(Entry(OpType::kAllgather, "g", DataType::kFloat32, {4}, g.data(), nullptr));
-    (void)s.executor.Execute(Make(Response::Type::kAllgather, {"g"}, {4}), s.entries);
-    EXPECT_EQ(sink->bars("g"), (std::vector<std::string>{"B:ALLGATHER", "B:FAKE_ALLGATHER",
-                                                          "E:FAKE_ALLGATHER", "E:ALLGATHER"}));
-  }
-}
-
-TEST(Executor, MovesDataOnlyForTheCollectives) {
-  for (auto t : {Response::Type::kAllreduce, Response::Type::kAllgather, Response::Type::kBroadcast,
-                 Response::Type::kAlltoall, Response::Type::kReducescatter}) {
-    EXPECT_TRUE(Executor::MovesData(t));
-  }
-  for (auto t : {Response::Type::kBarrier, Response::Type::kJoin, Response::Type::kError}) {
-    EXPECT_FALSE(Executor::MovesData(t));
-  }
-}
 
 }  // namespace
 }  // namespace core
