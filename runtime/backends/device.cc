@@ -45,6 +45,11 @@ Status DeviceRegistry::CastOnStream(const void* in, DataType in_type, void* out,
   return Registered()->cast(in, in_type, out, out_type, count, stream);
 }
 
+Status DeviceRegistry::NcclReduces(DataType dtype, ReduceOp op) {
+  if (!Registered()) return Unimplemented("NCCL needs dadt built with CUDA");
+  return Registered()->nccl_reduces(dtype, op == ReduceOp::kAverage ? ReduceOp::kSum : op);
+}
+
 int DeviceRegistry::NcclVersion() { return Registered() ? Registered()->nccl_version() : 0; }
 
 Status DeviceRegistry::CopyOnStream(const std::vector<CopySpan>& spans, uintptr_t stream) {

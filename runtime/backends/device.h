@@ -94,6 +94,8 @@ class DeviceRegistry {
     std::function<Status(const std::vector<CopySpan>&, uintptr_t)> copy;
     // The linked NCCL's version code (ncclGetVersion: 22807 for 2.28.7); needs no GPU.
     std::function<int()> nccl_version;
+    // OK when NCCL reduces `dtype` with `op` (Average: as Sum); else why not (InvalidArgument).
+    std::function<Status(DataType, ReduceOp)> nccl_reduces;
   };
   static bool Register(Impl impl);
   static bool Built();
@@ -105,6 +107,9 @@ class DeviceRegistry {
   static Status CopyOnStream(const std::vector<CopySpan>& spans, uintptr_t stream);
   // NCCL's version code, 0 without the CUDA build.
   static int NcclVersion();
+  // Whether NCCL reduces `dtype` with `op`, so that a GPU reduction it cannot run is refused when
+  // it is enqueued, on every rank, instead of failing the job when it runs.
+  static Status NcclReduces(DataType dtype, ReduceOp op);
 };
 
 }  // namespace backends

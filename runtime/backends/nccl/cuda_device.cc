@@ -5,6 +5,7 @@
 #include <string>
 
 #include "runtime/backends/nccl/device_kernels.h"
+#include "runtime/backends/nccl/nccl_backend.h"
 #include "runtime/backends/nccl/nccl_error.h"
 
 namespace dadt {
@@ -294,6 +295,11 @@ const bool kRegistered = DeviceRegistry::Register(DeviceRegistry::Impl{
     internal::CopyOnStream, [] {
       int version = 0;
       return ncclGetVersion(&version) == ncclSuccess ? version : 0;
+    },
+    [](DataType dtype, ReduceOp op) {
+      ncclDataType_t type;
+      ncclRedOp_t nccl_op;
+      return internal::NcclTypeAndOp(dtype, op, &type, &nccl_op);
     }});
 
 }  // namespace

@@ -96,10 +96,15 @@ TEST(HandleTable, ReleasingAHandleWhileAnotherThreadWaitsOnItWakesItWithAnError)
   t.Release(h);
   waiter.join();
   timed.join();
-  EXPECT_EQ(got.code(), StatusCode::kAborted) << got.message();
-  EXPECT_NE(got.message().find("released while being waited on"), std::string::npos);
+  // A waiter that was asleep gets Aborted; one that only got there after the release is told
+  // the handle is unknown. Neither may hang or read the freed entry (the ASan tier checks that).
+  for (const Status& s : {got, got_for}) {
+    const bool slept = s.code() == StatusCode::kAborted &&
+                       s.message().find("released while being waited on") != std::string::npos;
+    const bool late = s.code() == StatusCode::kInvalidArgument;
+    EXPECT_TRUE(slept || late) << s.ToString();
+  }
   EXPECT_TRUE(answered);
-  EXPECT_EQ(got_for.code(), StatusCode::kAborted);
 }
 
 TEST(HandleTable, ManyWaitersEachGetTheirOwnResult) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <thread>
@@ -164,12 +166,26 @@ TEST_P(RuntimeThreadsTest, ShapeMismatchFailsOnEveryRankNamingTheTensor) {
 
 TEST_P(RuntimeThreadsTest, DuplicateInFlightNameIsRefusedAtOnce) {
   const int size = GetParam();
+  // Rank 0 submits last, so on every other rank the first "dup" is certainly still in flight
+  // when the second is enqueued. Rank 0 only completes the collective (a second "dup" it got
+  // accepted would have no partner); alone, it checks both outcomes.
+  std::atomic<int> others_done{0};
   RunRanks(size, 1 << 20, [&](int rank, Runtime& rt) {
+    if (rank == 0) {
+      while (others_done.load() < size - 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     std::vector<float> in(4, 1.f), out(4), out2(4);
     auto h = rt.Enqueue(Entry(OpType::kAllreduce, "dup", in, out));
     ASSERT_TRUE(h.ok());
+    if (rank == 0 && size > 1) {
+      EXPECT_TRUE(rt.handles().Wait(*h).ok());
+      return;
+    }
     auto again = rt.Enqueue(Entry(OpType::kAllreduce, "dup", in, out2));
-    // It may legitimately have completed already at size 1; otherwise it must be refused.
+    if (rank != 0) {
+      ASSERT_FALSE(again.ok()) << "a second 'dup' was accepted while the first was in flight";
+      ++others_done;
+    }
     if (!again.ok()) {
       EXPECT_EQ(again.status().code(), StatusCode::kInvalidArgument);
       EXPECT_NE(again.status().message().find("'dup'"), std::string::npos);

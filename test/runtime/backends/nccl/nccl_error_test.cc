@@ -89,6 +89,14 @@ TEST(NcclTypes, EveryDtypeMapsAndBoolReducesLogically) {
             StatusCode::kUnimplemented);
 }
 
+// What the core asks before it queues a GPU reduction (needs no GPU): Average counts as Sum.
+TEST(NcclTypes, TheRegistryAnswersWhetherNcclReducesADtype) {
+  EXPECT_TRUE(DeviceRegistry::NcclReduces(DataType::kFloat16, ReduceOp::kAverage).ok());
+  Status s = DeviceRegistry::NcclReduces(DataType::kUint16, ReduceOp::kSum);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("uint16"), std::string::npos) << s.message();
+}
+
 TEST(NcclUniqueId, RoundTripsThroughTheStoreAndRefusesTruncatedBytes) {
   ncclUniqueId id;
   for (size_t i = 0; i < sizeof(id.internal); ++i) id.internal[i] = static_cast<char>(i * 7);
