@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "runtime/common/rendezvous/in_memory_store.h"
@@ -164,18 +166,40 @@ TEST_P(RuntimeThreadsTest, ShapeMismatchFailsOnEveryRankNamingTheTensor) {
 
 TEST_P(RuntimeThreadsTest, DuplicateInFlightNameIsRefusedAtOnce) {
   const int size = GetParam();
+  // A name is free again once its collective has completed on this rank. "dup" cannot complete
+  // before the last rank submits it, so the last rank waits until every other rank has submitted
+  // "dup" twice: each second submission then finds the first in flight and must be refused.
+  // (Without the wait, "dup" could complete on one rank before its second submission, which would
+  // then start a new collective that the other ranks, refused, never join.) At one rank there is
+  // no one to wait for, and either outcome is right.
+  std::mutex mu;
+  std::condition_variable cv;
+  int tried = 0;  // ranks that have submitted "dup" twice
   RunRanks(size, 1 << 20, [&](int rank, Runtime& rt) {
+    const bool holds_back = size > 1 && rank == size - 1;
+    if (holds_back) {
+      std::unique_lock<std::mutex> lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return tried == size - 1; }))
+          << "the other ranks never submitted \"dup\"";
+    }
     std::vector<float> in(4, 1.f), out(4), out2(4);
     auto h = rt.Enqueue(Entry(OpType::kAllreduce, "dup", in, out));
-    ASSERT_TRUE(h.ok());
-    auto again = rt.Enqueue(Entry(OpType::kAllreduce, "dup", in, out2));
-    // It may legitimately have completed already at size 1; otherwise it must be refused.
-    if (!again.ok()) {
-      EXPECT_EQ(again.status().code(), StatusCode::kInvalidArgument);
-      EXPECT_NE(again.status().message().find("'dup'"), std::string::npos);
-    } else {
-      EXPECT_TRUE(rt.handles().Wait(*again).ok());
+    if (!holds_back) {
+      auto again = rt.Enqueue(Entry(OpType::kAllreduce, "dup", in, out2));
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++tried;
+      }
+      cv.notify_all();
+      if (size == 1 && again.ok()) {
+        EXPECT_TRUE(rt.handles().Wait(*again).ok());
+      } else {
+        ASSERT_FALSE(again.ok());
+        EXPECT_EQ(again.status().code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(again.status().message().find("'dup'"), std::string::npos);
+      }
     }
+    ASSERT_TRUE(h.ok());
     EXPECT_TRUE(rt.handles().Wait(*h).ok());
   });
 }
