@@ -1,7 +1,7 @@
 # dadt developer entry points. The two that matter:
 #   make demo   install everything, then train a small model on 2 ranks:  dadtrun --gloo -np 2 ...
 #   make test   install everything, then run every test tier; exits non-zero if any tier fails
-# Building blocks: make deps | build | install | test-cc | test-python | test-integration | bench | clean
+# Building blocks: make deps | build | install | test-cc | test-asan | test-tsan | test-python | test-integration | bench | clean
 
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
@@ -30,12 +30,12 @@ INTEGRATION_TIMEOUT ?= 1800
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
 .PHONY: help deps build install demo test test-cc test-python-unit test-python test-python-frameworks test-integration bench clean
-.PHONY: test-fuzz
+.PHONY: test-fuzz test-asan test-tsan
 
 help:
 	@echo "make demo    install deps + dadt, then: dadtrun --gloo -np $(NP) $(PYTHON) examples/pytorch/train_digits.py"
 	@echo "make test    install deps + dadt, then every test tier (C++ gtest, Python under dadtrun, integration)"
-	@echo "make deps | build | install | test-cc | test-python | test-integration | bench | clean"
+	@echo "make deps | build | install | test-cc | test-asan | test-tsan | test-python | test-integration | bench | clean"
 
 deps:
 	bash tools/install_deps.sh
@@ -58,10 +58,10 @@ demo: deps install
 # Every tier runs even when an earlier one fails; the summary says which failed.
 test: deps install
 	@log=$$(mktemp); failed=0; summary=""; \
-	for tier in test-cc test-python-unit test-python test-python-frameworks test-integration test-fuzz; do \
+	for tier in test-cc test-python-unit test-python test-python-frameworks test-integration test-fuzz test-asan test-tsan; do \
 	    $(MAKE) --no-print-directory $$tier 2>&1 | tee $$log; rc=$${PIPESTATUS[0]}; \
 	    if [ $$rc -ne 0 ]; then verdict="FAILED (exit $$rc)"; failed=$$((failed + 1)); \
-	    elif grep -q '^SKIP tier' $$log; then verdict="skipped: $$(grep -m1 '^SKIP tier' $$log | sed 's/^SKIP tier [0-9]*: //')"; \
+	    elif grep -q '^SKIP tier' $$log; then verdict="skipped: $$(grep -m1 '^SKIP tier' $$log | sed 's/^SKIP tier [0-9a-z]*: //')"; \
 	    else verdict="passed"; fi; \
 	    summary="$$summary$$(printf '  %-18s %s' $$tier "$$verdict")"$$'\n'; \
 	done; rm -f $$log; \
@@ -77,6 +77,26 @@ test-cc:
 	    --test_tag_filters=-benchmark,-manual -- //test/...; rc=$$?; \
 	if [ $$rc -eq 4 ]; then echo "SKIP tier 1: no test targets under //test/..."; exit 0; fi; \
 	exit $$rc
+
+# The C++ tests again, built and run under a sanitizer (.bazelrc's --config=asan / --config=tsan,
+# each in its own output directory). Same targets as test-cc, less those tagged no_asan / no_tsan
+# (each such tag says why in its BUILD file); any finding fails its test. docs/install.md.
+# $(1): tier label, $(2): asan or tsan, $(3): what runs.
+define sanitizer_tier
+	@echo "==================== [tier $(1)] C++ unit tests under $(3): bazel test --config=$(2) //test/... ===================="
+	@if [ -z "$$(find test -name BUILD -o -name BUILD.bazel 2>/dev/null | head -n 1)" ]; then \
+	    echo "SKIP tier $(1): no Bazel packages under test/ yet"; exit 0; fi; \
+	$(PYTHON) tools/bazel_build.py test --config=$(2) --keep_going --build_tests_only \
+	    --test_tag_filters=-benchmark,-manual,-no_$(2) -- //test/...; rc=$$?; \
+	if [ $$rc -eq 4 ]; then echo "SKIP tier $(1): no test targets under //test/..."; exit 0; fi; \
+	exit $$rc
+endef
+
+test-asan:
+	$(call sanitizer_tier,1d,asan,AddressSanitizer + UBSan)
+
+test-tsan:
+	$(call sanitizer_tier,1e,tsan,ThreadSanitizer)
 
 # Plain pytest, no launcher: tools such as `python -m dadt.timeline`, against the installed package.
 test-python-unit:

@@ -208,10 +208,12 @@ TEST(DadtrunTest, RanksMeetThroughTheRendezvousServer) {
 TEST(DadtrunTest, FailingRankStopsTheJobAndNothingIsLeftBehind) {
   const std::string dir = TmpDir() + "/fail";
   ::mkdir(dir.c_str(), 0755);
+  // Rank 0 writes both pid files before rank 1 fails (rank 1 waits for the second): the SIGTERM
+  // that follows rank 1's exit may come at once.
   const std::string script =
       "if [ \"$RANK\" = 1 ]; then while [ ! -s " + dir + "/bg ]; do sleep 0.01; done; exit 3; fi; "
-      "sleep 100 & echo $! > " + dir + "/bg.tmp; mv " + dir + "/bg.tmp " + dir + "/bg; "
-      "echo $$ > " + dir + "/sh; wait";
+      "echo $$ > " + dir + "/sh; "
+      "sleep 100 & echo $! > " + dir + "/bg.tmp; mv " + dir + "/bg.tmp " + dir + "/bg; wait";
   // Even with SIGTERM blocked in dadtrun's parent, the ranks can receive it: the job ends well
   // inside the 3 s grace, so SIGTERM (not the SIGKILL after it) stopped rank 0.
   Result r = RunDadtrun({"-np", "2", "sh", "-c", script}, {}, nullptr, /*block_sigterm=*/true);
