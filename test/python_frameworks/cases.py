@@ -206,12 +206,22 @@ def test_root_rank_out_of_range(fw, world, nm):
 
 
 def test_unsupported_dtype_and_bool_average(fw, world, nm):
-    err1, _ = attempt(lambda: fw.dadt.allreduce(fw.tensor(np.ones(3, np.int16)), name=nm("i16")))
+    err1, _ = attempt(lambda: fw.dadt.allreduce(fw.tensor(np.ones(3, np.uint32)), name=nm("u32")))
     err2, _ = attempt(lambda: fw.dadt.allreduce(fw.tensor(np.ones(3, bool)), name=nm("bool"), op=fw.dadt.Average))
     after = still_usable(fw, world, nm("after"))
-    check(err1, 0.0, (ValueError, TypeError), nm("i16"), None)
-    assert "int16" in str(err1)
+    check(err1, 0.0, (ValueError, TypeError), nm("u32"), None)
+    assert "uint32" in str(err1)
     check(err2, 0.0, ValueError, nm("bool"), after)
+
+
+@pytest.mark.parametrize("dtype", ["int16", "uint16"])
+def test_16_bit_integers_reduce_and_gather(fw, world, nm, dtype):
+    x = np.arange(4, dtype=dtype) + world.rank
+    out = fw.dadt.allreduce(fw.tensor(x), name=nm("sum"), op=fw.dadt.Sum)
+    want = sum(np.arange(4, dtype=np.int64) + r for r in range(world.size)).astype(dtype)
+    assert_same(fw.numpy(out), want)
+    gathered = fw.dadt.allgather(fw.tensor(x), name=nm("gather"))
+    assert_same(fw.numpy(gathered), np.concatenate([np.arange(4, dtype=dtype) + r for r in range(world.size)]))
 
 
 @pytest.mark.usefixtures("multi_rank")
