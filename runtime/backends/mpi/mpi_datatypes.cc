@@ -2,9 +2,10 @@
 //
 // The user-defined ops learn the dadt dtype from the MPI datatype handle they are called with:
 // float16, bfloat16 and bool each get their own committed contiguous type, created once per
-// process after MPI_Init and freed by MPI_Finalize. uint8 and int8 go the same way: Open MPI
-// 4.1's vectorised reduction (op/avx) sums 8-bit integers wrongly in MPI_Reduce_scatter with
-// uneven counts (an element of a neighbour is added; seen at 6 ranks), so dadt reduces them itself.
+// process after MPI_Init and freed by MPI_Finalize. The 8- and 16-bit integers go the same way:
+// Open MPI 4.1's vectorised reduction (op/avx) sums them wrongly in MPI_Reduce_scatter with uneven
+// counts (8-bit: an element of a neighbour is added; 16-bit unsigned: the sum saturates at 65535
+// instead of wrapping; both seen at 6 ranks), so dadt reduces them itself.
 #include <climits>
 #include <mutex>
 #include <string>
@@ -25,6 +26,8 @@ struct CustomTypes {
   MPI_Datatype boolean = MPI_DATATYPE_NULL;
   MPI_Datatype uint8 = MPI_DATATYPE_NULL;
   MPI_Datatype int8 = MPI_DATATYPE_NULL;
+  MPI_Datatype int16 = MPI_DATATYPE_NULL;
+  MPI_Datatype uint16 = MPI_DATATYPE_NULL;
   MPI_Op ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum, min, max, prod
   Status status;
 };
@@ -36,6 +39,8 @@ DataType DtypeOf(MPI_Datatype t) {
   if (t == g_types->bfloat16) return DataType::kBfloat16;
   if (t == g_types->uint8) return DataType::kUint8;
   if (t == g_types->int8) return DataType::kInt8;
+  if (t == g_types->int16) return DataType::kInt16;
+  if (t == g_types->uint16) return DataType::kUint16;
   return DataType::kBool;
 }
 
@@ -50,7 +55,10 @@ Status Build(CustomTypes* t) {
   DADT_MPI_CHECK("type_contiguous", MPI_Type_contiguous(1, MPI_BYTE, &t->boolean));
   DADT_MPI_CHECK("type_contiguous", MPI_Type_contiguous(1, MPI_BYTE, &t->uint8));
   DADT_MPI_CHECK("type_contiguous", MPI_Type_contiguous(1, MPI_BYTE, &t->int8));
-  for (MPI_Datatype* d : {&t->float16, &t->bfloat16, &t->boolean, &t->uint8, &t->int8}) {
+  DADT_MPI_CHECK("type_contiguous", MPI_Type_contiguous(2, MPI_BYTE, &t->int16));
+  DADT_MPI_CHECK("type_contiguous", MPI_Type_contiguous(2, MPI_BYTE, &t->uint16));
+  for (MPI_Datatype* d : {&t->float16, &t->bfloat16, &t->boolean, &t->uint8, &t->int8, &t->int16,
+                          &t->uint16}) {
     DADT_MPI_CHECK("type_commit", MPI_Type_commit(d));
   }
   MPI_User_function* fns[4] = {&Reduce<ReduceOp::kSum>, &Reduce<ReduceOp::kMin>,
@@ -90,14 +98,14 @@ Status MpiTypeAndOp(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_Op* mpi
   static const MPI_Op kNativeOps[4] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
   *mpi_op = kNativeOps[index];
   switch (dtype) {
-    case DataType::kInt16: *type = MPI_INT16_T; return Status::OK();
-    case DataType::kUint16: *type = MPI_UINT16_T; return Status::OK();
     case DataType::kInt32: *type = MPI_INT32_T; return Status::OK();
     case DataType::kInt64: *type = MPI_INT64_T; return Status::OK();
     case DataType::kFloat32: *type = MPI_FLOAT; return Status::OK();
     case DataType::kFloat64: *type = MPI_DOUBLE; return Status::OK();
     case DataType::kUint8:
     case DataType::kInt8:
+    case DataType::kInt16:
+    case DataType::kUint16:
     case DataType::kFloat16:
     case DataType::kBfloat16:
     case DataType::kBool: break;
@@ -111,6 +119,8 @@ Status MpiTypeAndOp(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_Op* mpi
     case DataType::kBfloat16: *type = t.bfloat16; break;
     case DataType::kUint8: *type = t.uint8; break;
     case DataType::kInt8: *type = t.int8; break;
+    case DataType::kInt16: *type = t.int16; break;
+    case DataType::kUint16: *type = t.uint16; break;
     default: *type = t.boolean; break;
   }
   *mpi_op = t.ops[index];
