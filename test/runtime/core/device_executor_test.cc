@@ -28,6 +28,7 @@
 #include "runtime/core/executor.h"
 #include "test/runtime/backends/in_memory_kv_store.h"
 #include "test/runtime/backends/rank_threads.h"
+#include "test/runtime/core/executor_test_util.h"
 
 namespace dadt {
 namespace core {
@@ -173,14 +174,10 @@ TensorEntry Entry(OpType op, const std::string& name, DataType dtype, Shape shap
   return e;
 }
 
+// The host tests' response (executor_test_util.h), on device 0.
 Response Make(Response::Type type, std::vector<std::string> names, std::vector<int64_t> sizes,
               DataType dtype = DataType::kFloat32, ReduceOp op = ReduceOp::kSum) {
-  Response r;
-  r.type = type;
-  r.names = std::move(names);
-  r.sizes = std::move(sizes);
-  r.dtype = dtype;
-  r.reduce_op = op;
+  Response r = testing_executor::Make(type, std::move(names), std::move(sizes), dtype, op);
   r.device = 0;
   return r;
 }

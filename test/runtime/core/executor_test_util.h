@@ -56,8 +56,8 @@ struct RankState {
   Executor executor;
 };
 
-inline TensorEntry Entry(OpType op, const std::string& name, DataType dtype, Shape shape, const void* in,
-                  void* out) {
+inline TensorEntry Entry(OpType op, const std::string& name, DataType dtype, Shape shape,
+                         const void* in, void* out) {
   TensorEntry e;
   e.request.op = op;
   e.request.name = name;
@@ -69,7 +69,7 @@ inline TensorEntry Entry(OpType op, const std::string& name, DataType dtype, Sha
 }
 
 inline Response Make(Response::Type type, std::vector<std::string> names, std::vector<int64_t> sizes,
-              DataType dtype = DataType::kFloat32, ReduceOp op = ReduceOp::kSum) {
+                     DataType dtype = DataType::kFloat32, ReduceOp op = ReduceOp::kSum) {
   Response r;
   r.type = type;
   r.names = std::move(names);
