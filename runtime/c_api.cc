@@ -29,6 +29,9 @@ using dadt::core::Runtime;
 std::mutex g_mu;
 std::shared_ptr<Runtime> g_runtime;
 bool g_running = false;
+// How many times this process has started a runtime (failed starts included): the incarnation
+// number that scopes every rendezvous key of the next one (rendezvous/scoped_store.h).
+int64_t g_incarnations = 0;
 thread_local std::string t_last_error;
 thread_local int t_last_code = DADT_OK;
 
@@ -166,6 +169,7 @@ int dadt_init(const dadt_init_options* options) {
       if (!(options->backend && *options->backend)) opts->backend = "mpi";
     }
   }
+  opts->incarnation = g_incarnations++;
   auto rt = Runtime::Start(*opts, nullptr);
   if (!rt.ok()) return Fail(rt.status());
   g_runtime = std::shared_ptr<Runtime>(std::move(*rt));

@@ -14,6 +14,7 @@
 #include "runtime/common/logging.h"
 #include "runtime/common/rendezvous/client.h"
 #include "runtime/common/rendezvous/in_memory_store.h"
+#include "runtime/common/rendezvous/scoped_store.h"
 #include "runtime/common/rendezvous/socket.h"
 #include "runtime/core/control_channel.h"
 
@@ -171,13 +172,15 @@ StatusOr<Engines> ConnectEngines(const RuntimeOptions& requested,
     store = std::move(*from_env);
   }
   e.store = std::move(store);
-  e.backend_options = DataPlaneOptions(options, e.store.get());
+  e.scoped_store = std::make_unique<rendezvous::ScopedStore>(
+      e.store.get(), rendezvous::IncarnationScope(options.incarnation));
+  e.backend_options = DataPlaneOptions(options, e.scoped_store.get());
   auto backend = backends::CreateDataPlane(options.backend, e.backend_options,
                                            options.hierarchical_allreduce);
   if (!backend.ok()) return backend.status();
   e.backend = std::move(*backend);
   if (!e.transport) {
-    auto created = CreateTransport(&options, e.store.get());
+    auto created = CreateTransport(&options, e.scoped_store.get());
     if (!created.ok()) return created.status();
     e.transport = std::move(*created);
   }

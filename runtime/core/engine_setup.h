@@ -6,7 +6,9 @@
 //     MPI controller; with fewer GPUs than ranks on the host, GPU tensors are staged through host
 //     memory instead of NCCL.
 //  2. The rendezvous store: the one given, dadtrun's (DADT_RENDEZVOUS_ADDR), or an in-memory one
-//     for a single process (or under plain mpirun with the mpi executor).
+//     for a single process (or under plain mpirun with the mpi executor). The engines see it
+//     through the incarnation's scope (options.incarnation, rendezvous/scoped_store.h), so that
+//     nothing an earlier init() of this process published is read by this one.
 //  3. Connections, in the same order on every rank: an MPI controller first (it learns the
 //     geometry from MPI), then the data-plane backend (runtime/backends/engine_builder.h), then
 //     the TCP star of the Gloo controller (ControlChannel).
@@ -32,7 +34,9 @@ namespace core {
 struct Engines {
   // As settled: the engines chosen, and the geometry an MPI controller found.
   RuntimeOptions options;
-  std::unique_ptr<KeyValueStore> store;
+  std::unique_ptr<KeyValueStore> store;  // the job's: keys about the whole job ("cause/<rank>")
+  // `store` seen under IncarnationScope(options.incarnation): what the engines connect through.
+  std::unique_ptr<KeyValueStore> scoped_store;
   std::unique_ptr<backends::Backend> backend;               // the data plane
   std::unique_ptr<backends::ControlTransport> transport;    // negotiation
   // What the data plane was created with; the GPU engine is created over the same (lazily).

@@ -23,6 +23,15 @@ void Runtime::Shutdown() {
   if (loop_.joinable()) loop_.join();
   if (executor_) executor_->ReleaseDevice();  // waits for GPU work, then aborts the communicator
   (void)StopTimeline();
+  ReleaseEnginesAfterLoop();
+}
+
+void Runtime::ReleaseEnginesAfterLoop() {
+  lanes_.reset();  // drains and joins the lane threads; their forks go before the backend
+  backend_.reset();
+  channel_.reset();
+  scoped_store_.reset();
+  store_.reset();
 }
 
 Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {

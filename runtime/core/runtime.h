@@ -71,7 +71,9 @@ class Runtime {
 
   // Validates and queues a collective; returns its handle. entry.request.rank is filled in here.
   StatusOr<int64_t> Enqueue(TensorEntry entry);
-  // Ends the job for every rank (pending work fails) and joins the loop thread. Idempotent.
+  // Ends the job for every rank (pending work fails), joins the loop thread and releases the
+  // engines (their threads, sockets and communicators); the handles stay and keep answering.
+  // Idempotent.
   void Shutdown();
 
   // Rank 0 writes every tensor's phases to `path` as a Chrome trace (docs/timeline.md); other
@@ -87,9 +89,9 @@ class Runtime {
 
   HandleTable& handles() { return handles_; }
   const RuntimeOptions& options() const { return options_; }
-  const char* backend_name() const { return backend_->Name(); }
+  const char* backend_name() const { return backend_name_; }
   // True when the controller's library may be called from any thread (MPI_THREAD_MULTIPLE).
-  bool controller_multi_threaded() const { return channel_->multi_threaded(); }
+  bool controller_multi_threaded() const { return controller_multi_threaded_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -118,11 +120,18 @@ class Runtime {
   // Applies what SetFusionParams posted (rank 0).
   void ApplyFusionParamsFromLoop();
   void RecordCause(int cause_rank);
+  // Once the loop has ended: the lanes, the backend, the control transport and the stores go now,
+  // not when the next init() replaces this object (the executor's and the runner's pointers to
+  // them are never used again: only the loop used them).
+  void ReleaseEnginesAfterLoop();
 
   const RuntimeOptions options_;
-  std::unique_ptr<KeyValueStore> store_;
+  std::unique_ptr<KeyValueStore> store_;         // the job's (ready/, cause/)
+  std::unique_ptr<KeyValueStore> scoped_store_;  // this incarnation's, for the engines
   std::unique_ptr<backends::Backend> backend_;
   std::unique_ptr<backends::ControlTransport> channel_;
+  const char* const backend_name_;
+  const bool controller_multi_threaded_;
   HandleTable handles_;
   TensorQueue queue_;
   ResponseCache cache_;

@@ -47,6 +47,9 @@ struct RuntimeOptions : JobGeometry {
   // and Gloo's transport thread run at real-time priority where allowed (thread_priority.h).
   bool realtime_threads = false;
   StallOptions stall;  // rank 0's stall inspector (DADT_STALL_*)
+  // Which init() of this process this runtime is (0 for the first; the C API counts them). Every
+  // rendezvous key the engines use is scoped by it (rendezvous/scoped_store.h).
+  int64_t incarnation = 0;
 
   // Real-time loop, lanes and transport threads: asked for, and the controller is Gloo (MPI's
   // collectives spin while they wait; a real-time thread spinning would starve training).

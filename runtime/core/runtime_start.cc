@@ -30,10 +30,16 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requeste
 Runtime::Runtime(Engines engines)
     : options_(engines.options),
       store_(std::move(engines.store)),
+      scoped_store_(std::move(engines.scoped_store)),
       backend_(std::move(engines.backend)),
       channel_(std::move(engines.transport)),
+      backend_name_(backend_->Name()),
+      controller_multi_threaded_(channel_->multi_threaded()),
       cache_(options_.cache_capacity) {
   Status s = store_->Set("ready/" + std::to_string(options_.rank), "1");
+  // A cause an earlier incarnation recorded (its shutdown came from another rank) must not be
+  // blamed for a failure of this one; "" reads as none.
+  if (s.ok() && options_.incarnation > 0) s = store_->Set("cause/" + std::to_string(options_.rank), "");
   (void)s;  // progress reporting only
   if (options_.rank == 0) {
     coordinator_ = std::make_unique<Coordinator>(options_.size, options_.fusion_threshold_bytes,
