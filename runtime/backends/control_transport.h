@@ -58,6 +58,11 @@ class ControlTransport {
   // True when the library under the transport may be called from any thread (MPI: the thread
   // level MPI_THREAD_MULTIPLE was granted). The TCP star answers false: it is not MPI.
   virtual bool multi_threaded() const { return false; }
+  // Called once on the loop thread as the loop ends (shutdown or abort): returns when nothing a
+  // peer sent on this transport is still on its way to this rank (or the transport's timeout
+  // passed), so that no message of this incarnation can reach the next init()'s. The TCP star
+  // has nothing to do: its connections die with it. Messages read here are dropped.
+  virtual void Close() {}
 };
 
 struct ControlTransportOptions {

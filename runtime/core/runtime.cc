@@ -162,6 +162,9 @@ void Runtime::LoopMain() {
   RunFromLoop();
   // However the loop ended, what the lanes still hold runs (or fails) before the runtime stops.
   if (lanes_) lanes_->Drain();
+  // Here, not in Shutdown: every rank's loop ends at about the same moment (the coordinator's
+  // shutdown list), however late each user calls shutdown().
+  channel_->Close();
 }
 
 void Runtime::RunFromLoop() {

@@ -13,6 +13,7 @@ namespace mpi {
 namespace {
 
 constexpr int kControlTag = 7001;
+constexpr int kByeTag = 7002;  // Close: the last message a rank sends a peer
 // Probe every few microseconds for a short while after this rank starts awaiting a response (or
 // a worker's request) or gets a message, since the answer usually follows at once when every rank
 // is ready; then every 100 us while traffic flows (a step's tensors arrive in bursts); then slowly,
@@ -43,14 +44,46 @@ StatusOr<std::unique_ptr<ControlTransport>> MpiControlTransport::Create(
       new MpiControlTransport(*comm, *geometry, *level, options.timeout));
 }
 
-MpiControlTransport::~MpiControlTransport() {
-  if (!IsInitialized()) return;
-  // The last response list (shutdown) may still be on its way: give peers the start timeout to
-  // take it, then cancel what is left rather than hang at exit.
+MpiControlTransport::~MpiControlTransport() { Close(); }
+
+void MpiControlTransport::Close() {
+  if (closed_ || !IsInitialized()) return;
+  closed_ = true;
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  // Byes behind everything this rank sent; then read (and drop) until each peer's bye is in.
+  std::vector<int> peers;
+  if (geometry_.rank == 0) {
+    for (int r = 1; r < geometry_.size; ++r) peers.push_back(r);
+  } else {
+    peers.push_back(0);
+  }
+  static const char kNothing = 0;
+  std::vector<MPI_Request> byes(peers.size(), MPI_REQUEST_NULL);
+  for (size_t i = 0; i < peers.size(); ++i) {
+    MPI_Isend(&kNothing, 0, MPI_BYTE, peers[i], kByeTag, comm_, &byes[i]);
+  }
+  size_t said_bye = 0;
+  while (said_bye < peers.size() && std::chrono::steady_clock::now() < deadline) {
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, &status) != MPI_SUCCESS) break;
+    if (!flag) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      continue;
+    }
+    int bytes = 0;
+    MPI_Get_count(&status, MPI_BYTE, &bytes);
+    std::string dropped(static_cast<size_t>(bytes), '\0');
+    MPI_Recv(&dropped[0], bytes, MPI_BYTE, status.MPI_SOURCE, status.MPI_TAG, comm_,
+             MPI_STATUS_IGNORE);
+    if (status.MPI_TAG == kByeTag) ++said_bye;
+  }
+  // Our own sends: every peer that said bye has taken them (it read up to our bye); one that did
+  // not within the timeout gets them cancelled rather than a hang at exit.
+  for (size_t i = 0; i < peers.size(); ++i) pending_.push_back(Pending{nullptr, byes[i]});
   while (!pending_.empty() && std::chrono::steady_clock::now() < deadline) {
     if (!Reap().ok()) break;
-    if (!pending_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!pending_.empty()) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   for (Pending& p : pending_) {
     MPI_Cancel(&p.request);

@@ -20,6 +20,17 @@
 // 15 ms late). The loop thread asks for 1 us timer slack (runtime.cc), so these sleeps are not
 // stretched by the kernel's default 50 us.
 //
+// Closing (init, shutdown, init in one process): when the loop ends, a worker may have sent a
+// request list (its own shutdown, say) that the coordinator, already shut down by another rank,
+// will never read. Open MPI gives a freed communicator's context id to a later one and delivers
+// such a message there, where it would read as the next incarnation's and upset the new
+// communicator's message order. So Close ends the traffic first, as a barrier would, but only
+// between the pairs that talk: each rank sends an empty "bye" to each of its peers (the
+// coordinator to every worker, a worker to the coordinator) after everything else, then reads and
+// drops what arrives until every peer's bye is in. MPI keeps messages from one sender in order,
+// so nothing is in flight on the communicator when it is freed. It costs one message each way,
+// at a moment when every rank's loop is ending (the coordinator's shutdown list ends them all).
+//
 // Geometry comes from MPI (mpi_env.h): rank and size in the communicator, local ranks from
 // MPI_Comm_split_type(SHARED), cross ranks from a split by local rank.
 // Threading: the loop thread only, after Create (which runs on the initialising thread).
@@ -53,6 +64,9 @@ class MpiControlTransport final : public ControlTransport {
   Status ReadAvailable(std::vector<std::pair<int, std::string>>* out) override;
   int closed_rank() const override { return -1; }
   bool multi_threaded() const override { return thread_level_ == MPI_THREAD_MULTIPLE; }
+  // The bye exchange above, then the communicator is freed. Also run by the destructor when the
+  // loop never ran.
+  void Close() override;
 
  private:
   MpiControlTransport(MPI_Comm comm, JobGeometry geometry, int thread_level,
@@ -71,6 +85,7 @@ class MpiControlTransport final : public ControlTransport {
   const int thread_level_;
   const std::chrono::milliseconds timeout_;
   const std::vector<int> no_fds_;
+  bool closed_ = false;
   std::list<Pending> pending_;
   std::chrono::steady_clock::time_point last_message_{};
   bool awaiting_ = false;                               // as of the last poll_interval()

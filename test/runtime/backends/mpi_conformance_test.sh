@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the MPI conformance binary under mpirun with 4 processes (sizes 1..4 each get their own
-# sub-communicator). Root needs --allow-run-as-root; 4 ranks on fewer cores need --oversubscribe.
+# Runs an MPI test binary (the conformance suite: sizes 1..4 each get their own
+# sub-communicator; the controller transport test) under mpirun with 4 processes. Root needs
+# --allow-run-as-root; 4 ranks on fewer cores need --oversubscribe.
 set -euo pipefail
 bin="$1"
 command -v mpirun >/dev/null || { echo "mpirun not found (apt-get install openmpi-bin)" >&2; exit 1; }
