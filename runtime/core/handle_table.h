@@ -41,6 +41,9 @@ struct HandleResult {
 
 class HandleTable {
  public:
+  // Handles count up from `first`: the runtime starts each incarnation's at incarnation << 40, so
+  // a handle kept from an earlier init() is unknown to the next one instead of naming its work.
+  explicit HandleTable(int64_t first = 0) : next_(first) {}
   int64_t Create();
   void Complete(int64_t handle, HandleResult result);
   // 1 done, 0 pending, -1 unknown.

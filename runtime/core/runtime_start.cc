@@ -35,6 +35,7 @@ Runtime::Runtime(Engines engines)
       channel_(std::move(engines.transport)),
       backend_name_(backend_->Name()),
       controller_multi_threaded_(channel_->multi_threaded()),
+      handles_(options_.incarnation << 40),
       cache_(options_.cache_capacity) {
   Status s = store_->Set("ready/" + std::to_string(options_.rank), "1");
   // A cause an earlier incarnation recorded (its shutdown came from another rank) must not be

@@ -61,6 +61,17 @@ def test_collective_in_flight_at_shutdown_fails_clearly_then_reinit_works(world,
     assert _sum_ones("lifecycle.orphan").tolist() == [float(world.size)] * 3
 
 
+def test_a_handle_of_an_earlier_incarnation_is_refused_after_reinit(world):
+    handle = dadt.allreduce_async(torch.ones(2), name="lifecycle.old", op=dadt.Sum)
+    while not dadt.poll(handle):
+        time.sleep(0.001)
+    dadt.shutdown()
+    dadt.init()
+    _sum_ones("lifecycle.new")  # a new incarnation's handles, possibly with the old numbers
+    with pytest.raises(ValueError):
+        dadt.synchronize(handle)
+
+
 def test_shutdown_leaves_no_thread_or_socket_behind(world):
     def counts():
         fds = os.listdir("/proc/self/fd")

@@ -172,7 +172,7 @@ TEST_P(RuntimeLifecycleTest, ShutdownReleasesThreadsAndDescriptors) {
   // Both incarnations' stopped runtimes stay alive to the end: what they still held would show.
   std::vector<std::vector<std::unique_ptr<Runtime>>> stopped(2);
   for (auto& s : stopped) s.resize(size);
-  std::vector<int64_t> handles(size, -1);
+  std::vector<std::vector<int64_t>> handles(2, std::vector<int64_t>(size, -1));
   // One cycle first: whatever a library creates once per process (Gloo's, the allocator's) is
   // not a leak of the lifecycle.
   for (int k = 0; k < 2; ++k) {
@@ -190,7 +190,7 @@ TEST_P(RuntimeLifecycleTest, ShutdownReleasesThreadsAndDescriptors) {
       auto h = (*rt)->Enqueue(std::move(barrier));
       ASSERT_TRUE(h.ok());
       ASSERT_TRUE((*rt)->handles().Wait(*h).ok());
-      handles[rank] = *h;
+      handles[k][rank] = *h;
       (*rt)->Shutdown();
       stopped[k][rank] = std::move(*rt);
     });
@@ -206,7 +206,11 @@ TEST_P(RuntimeLifecycleTest, ShutdownReleasesThreadsAndDescriptors) {
     EXPECT_EQ(fds_after, fds_before) << "descriptors left open by shutdown\nbefore: "
                                      << Join(fds_before) << "\nafter:  " << Join(fds_after);
     EXPECT_EQ(CountEntries("/proc/self/task"), threads_before) << "threads left by shutdown";
-    for (int r = 0; r < size; ++r) EXPECT_EQ(stopped[k][r]->handles().Poll(handles[r]), 1);
+    for (int r = 0; r < size; ++r) {
+      EXPECT_EQ(stopped[k][r]->handles().Poll(handles[k][r]), 1);
+      // The earlier incarnation's handle names nothing in this one (its ids start elsewhere).
+      EXPECT_EQ(stopped[k][r]->handles().Poll(handles[0][r]), -1);
+    }
   }
 }
 
