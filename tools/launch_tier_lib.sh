@@ -4,6 +4,7 @@
 #   LIMIT              wall-clock seconds per launch (DADT_TEST_TIMEOUT, default 900)
 #   require_installed  exits 1 unless dadtrun runs and `import dadt._core` finds the installed package
 #   run_launch NAME ARGV...   runs ARGV plus the test command in TEST_CMD under `timeout`, records a verdict
+#                      (with TEST_CMD_LOG set, the output is also written to that file)
 #   summarize          prints every verdict; returns non-zero when any launch failed
 
 if [ -z "${DADTRUN:-}" ]; then
@@ -39,8 +40,13 @@ run_launch() {  # name, then the launcher's argv up to the program; the program 
     echo
     echo "---------- [${TIER}] ${name}: ${cmd[*]} ----------"
     local start=$SECONDS rc
-    timeout -k 30 "$LIMIT" "${cmd[@]}" </dev/null
-    rc=$?
+    if [ -n "${TEST_CMD_LOG:-}" ]; then  # also keep the output in that file
+        timeout -k 30 "$LIMIT" "${cmd[@]}" </dev/null 2>&1 | tee "$TEST_CMD_LOG"
+        rc=${PIPESTATUS[0]}
+    else
+        timeout -k 30 "$LIMIT" "${cmd[@]}" </dev/null
+        rc=$?
+    fi
     local verdict="ok"
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         verdict="FAILED (timed out after ${LIMIT}s)"

@@ -2,6 +2,12 @@
 
     dadtrun --gloo -np 2 python3 test/conformance/horovod_harness.py PATH/test_torch.py [pytest args]
     python3 test/conformance/horovod_harness.py PATH/test_torch.py -k gpu     # one rank, no launcher
+    ... horovod_harness.py --deselect-file LIST PATH/test_torch.py [pytest args]
+
+--deselect-file LIST deselects the tests whose names (the function's, exactly; pytest's own
+--deselect matches prefixes, and test_broadcast_state would take test_broadcast_state_no_grad
+along) are listed in LIST, one a line, '#' starting a comment; a listed name the file does not
+have is an error, so the list cannot go stale unnoticed.
 
 What Horovod's test files need from the machine they run on, made here in a temporary directory that
 is removed afterwards (nothing is installed, and a real Horovod elsewhere is never shadowed):
@@ -64,7 +70,41 @@ def write_shims(root):
         f.write(_COMMON)
 
 
+class _DeselectByName:
+    """pytest plugin: deselects the tests whose function names are in `names`, exactly."""
+
+    def __init__(self, names, source):
+        self.names, self.source = names, source
+
+    def pytest_collection_modifyitems(self, config, items):
+        found = {item.originalname or item.name for item in items}
+        missing = sorted(self.names - found)
+        if missing:
+            raise ValueError("%s lists tests the file does not have: %s"
+                             % (self.source, ", ".join(missing)))
+        dropped = [i for i in items if (i.originalname or i.name) in self.names]
+        items[:] = [i for i in items if (i.originalname or i.name) not in self.names]
+        config.hook.pytest_deselected(items=dropped)
+
+
+def _read_names(path):
+    names = set()
+    with open(path) as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if line:
+                names.add(line)
+    return names
+
+
 def main(argv):
+    plugins = []
+    if argv[:1] == ["--deselect-file"]:
+        if len(argv) < 2 or not os.path.isfile(argv[1]):
+            sys.stderr.write("error: --deselect-file needs an existing file\n")
+            return 2
+        plugins.append(_DeselectByName(_read_names(argv[1]), argv[1]))
+        argv = argv[2:]
     if not argv or not os.path.isfile(argv[0]):
         sys.stderr.write("usage: horovod_harness.py PATH/TO/HOROVOD/test_FILE.py [pytest args]\n"
                          "error: %s\n" % ("no test file given" if not argv else "no such file: " + argv[0]))
@@ -78,7 +118,7 @@ def main(argv):
         sys.path.insert(0, root)
         # Horovod's files live in test/parallel and import `common` from ../utils; that is `root` here.
         return pytest.main(["-p", "no:cacheprovider", "--rootdir", os.path.dirname(os.path.abspath(argv[0]))]
-                           + argv[1:] + [argv[0]])
+                           + argv[1:] + [argv[0]], plugins=plugins)
 
 
 if __name__ == "__main__":
