@@ -137,3 +137,13 @@ def test_broadcast_optimizer_state_before_any_step(world, nm):
     dadt.broadcast_optimizer_state(opt, root_rank=0)
     lrs = dadt.allgather_object(opt.param_groups[0]["lr"], name=nm())
     assert lrs == [pytest.approx(0.1)] * world.size
+
+
+def test_broadcast_optimizer_state_leaves_zero_grads_where_there_were_none(world):
+    # As Horovod's zero-gradient step does: scripts read p.grad right afterwards.
+    frozen = torch.nn.Parameter(torch.ones(2), requires_grad=False)
+    trained = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([frozen, trained], lr=0.1, momentum=0.9)
+    dadt.broadcast_optimizer_state(opt, root_rank=0)
+    assert frozen.grad is None
+    assert trained.grad is not None and trained.grad.tolist() == [0.0, 0.0, 0.0]

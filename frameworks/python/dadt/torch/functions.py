@@ -56,7 +56,8 @@ def broadcast_optimizer_state(optimizer, root_rank: int) -> None:
     on zero gradients (Horovod's way, which moves momentum buffers when weight decay is on),
     root rank first broadcasts a description of its state (hyperparameters, non-tensor state,
     and each state tensor's shape and dtype) and the other ranks allocate whatever they lack
-    before the tensors are broadcast in place.
+    before the tensors are broadcast in place. As after Horovod's step, every parameter that
+    requires a gradient has one afterwards (zeros where it had none).
 
     Arguments:
         optimizer: An optimizer (a torch.optim.Optimizer or a DistributedOptimizer).
@@ -95,6 +96,12 @@ def broadcast_optimizer_state(optimizer, root_rank: int) -> None:
     mode_state = getattr(optimizer, "_broadcast_mode_state", None)  # DistributedOptimizer modes
     if mode_state is not None:
         mode_state(root_rank)
+    # Horovod's zero-gradient step leaves every parameter that requires a gradient with one (zeros
+    # where it had none), and scripts (Horovod's own tests among them) read it afterwards.
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
     if is_root:
         return
 
