@@ -95,3 +95,20 @@ def test_shutdown_leaves_no_thread_or_socket_behind(world):
     after = counts()
     dadt.init()
     assert after == before, f"(threads, sockets, fds) before {before}, after 5 cycles {after}"
+
+
+def test_names_in_flight_and_generated_names_start_over_in_a_new_incarnation(world):
+    # Collectives no other rank matches (they fail at shutdown, never synchronized): a named one on
+    # rank 0, and `rank` unnamed ones on each rank, so that the generated-name counters differ.
+    if world.rank == 0:
+        dadt.allreduce_async(torch.ones(1), name="lifecycle.dangling", op=dadt.Sum)
+    stale = [dadt.allreduce_async(torch.ones(1), op=dadt.Sum) for _ in range(world.rank)]
+    dadt.barrier()
+    dadt.shutdown()
+    dadt.init()
+    # The same name again, and an unnamed collective: both agree across ranks.
+    assert _sum_ones("lifecycle.dangling").tolist() == [float(world.size)] * 3
+    assert dadt.allreduce(torch.ones(2), op=dadt.Sum).tolist() == [float(world.size)] * 2
+    for handle in stale:
+        with pytest.raises(ValueError):
+            dadt.synchronize(handle)

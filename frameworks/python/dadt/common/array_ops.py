@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from dadt.common import dlpack
-from dadt.common.basics import _core, call, wait_all
+from dadt.common.basics import _core, call, on_new_incarnation, wait_all
 from dadt.common.exceptions import DadtInternalError
 from dadt.common.util import collective_name
 from dadt.common.util import (NOT_INITIALIZED, OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL,
@@ -41,6 +41,13 @@ class _Entry:
 
 _entries: Dict[int, _Entry] = {}
 _in_flight: Set[str] = set()
+
+
+@on_new_incarnation
+def _forget_previous_incarnation() -> None:
+    # A handle of an earlier incarnation is then unknown here (ValueError), as after synchronize().
+    _entries.clear()
+    _in_flight.clear()
 # '<op>.noname.<n>' for name=None; one counter per op shared with every front end.
 make_name = collective_name
 

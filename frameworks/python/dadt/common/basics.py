@@ -10,7 +10,7 @@ import warnings
 from typing import Any, Callable, List, Optional
 
 from dadt.common.exceptions import from_core_error
-from dadt.common.util import NOT_INITIALIZED
+from dadt.common.util import NOT_INITIALIZED, reset_collective_names
 
 try:
     from dadt import _core
@@ -31,6 +31,17 @@ _EXECUTOR_HINTS = {
 }
 # Kept alive while the runtime uses them: communicators init() created from a list of ranks.
 _owned_comms: List[Any] = []
+# What every init() that starts a new runtime runs first (on_new_incarnation).
+_incarnation_resets: List[Callable[[], None]] = [reset_collective_names]
+
+
+def on_new_incarnation(reset: Callable[[], None]) -> Callable[[], None]:
+    """Registers ``reset`` to run at each init() that starts a runtime (not one that finds it
+    running). Front ends forget there what belonged to the previous incarnation: the names of its
+    collectives still in flight (the new runtime knows none of them) and its handles, which then
+    raise ValueError instead of naming the new runtime's work. Returns ``reset``."""
+    _incarnation_resets.append(reset)
+    return reset
 
 
 def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -161,6 +172,9 @@ def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = N
         raise ValueError("cycle_duration_ms must be >= 0, got %r" % cycle_duration_ms)
     if timeline_path is not None:
         os.environ["DADT_TIMELINE"] = str(timeline_path)
+    if not is_initialized():
+        for reset in _incarnation_resets:
+            reset()
     call(_core.init, fusion, cycle, -1, backend, mpi_comm)
 
 

@@ -29,6 +29,12 @@ OP_JOIN = 6
 _name_counters: Dict[str, Any] = collections.defaultdict(itertools.count)
 
 
+def reset_collective_names() -> None:
+    """Starts the generated names over (at each new incarnation, dadt.common.basics), so that ranks
+    that disagreed on how many unnamed collectives an earlier incarnation ran agree again."""
+    _name_counters.clear()
+
+
 def collective_name(op: str, name: Optional[str]) -> str:
     """``name``, or the next generated ``'<op>.noname.<n>'`` (the same on ranks that call alike)."""
     if name is None:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 import torch
 import torch.utils.dlpack
 
-from dadt.common.basics import _core, call, wait_all
+from dadt.common.basics import _core, call, on_new_incarnation, wait_all
 from dadt.common.exceptions import DadtInternalError, DeviceMismatchError
 from dadt.common.util import NOT_INITIALIZED, Average, collective_name
 
@@ -45,6 +45,15 @@ class _Pending(NamedTuple):
 # unnamed collectives are named by dadt.common.util.collective_name.
 _handle_map: Dict[int, _Pending] = {}
 _names_in_flight: Set[str] = set()
+# Handles of earlier incarnations never synchronized: synchronize() refuses them (ValueError).
+_stale_handles: Set[int] = set()
+
+
+@on_new_incarnation
+def _forget_previous_incarnation() -> None:
+    _stale_handles.update(_handle_map)
+    _handle_map.clear()
+    _names_in_flight.clear()
 auto_name = collective_name  # '<op>.noname.<n>' for name=None (dadt.common.util)
 
 
@@ -172,6 +181,10 @@ def synchronize(handle: int):
     """
     pending = _handle_map.get(handle)
     if pending is None:
+        if handle in _stale_handles:
+            _stale_handles.discard(handle)
+            raise ValueError("dadt handle %r belongs to an earlier init(): dadt was shut down since"
+                             % (handle,))
         return None
     error = wait_all(pending.handles)
     # Only now, with every member done, does the entry go: a KeyboardInterrupt inside wait() leaves
