@@ -76,3 +76,20 @@ def test_allgather_async_into_out(world, nm, dtype):
 def test_allgather_out_wrong_trailing_shape_is_refused(world, nm):
     with pytest.raises(ValueError, match="all dimensions but the first"):
         dadt.allgather_async(torch.zeros(2, 3), name=nm(), out=torch.zeros(2 * world.size, 4))
+
+
+def test_sparse_allreduce_async_sums_or_averages_nonzeros(world, nm):
+    # Rank r holds value r + 1 at column r % 3 of row 0, and 1 at (1, 2) everywhere.
+    dense = torch.zeros(2, 3)
+    dense[0, world.rank % 3] = world.rank + 1
+    dense[1, 2] = 1
+    for op in (dadt.Sum, dadt.Average):
+        out = dadt.sparse_allreduce_async(dense.to_sparse(), name=nm(str(op)), op=op)()
+        expect = torch.zeros(2, 3)
+        for r in range(world.size):
+            expect[0, r % 3] += r + 1
+            expect[1, 2] += 1
+        if op == dadt.Average:
+            expect /= world.size
+        assert out.layout == torch.sparse_coo
+        assert torch.allclose(out.to_dense(), expect), (op, out.to_dense(), expect)

@@ -26,7 +26,7 @@ from dadt.torch.collectives import (allgather, allreduce, alltoall, broadcast, g
                                     grouped_allreduce, grouped_reducescatter, reducescatter)
 from dadt.torch.compression import Compression
 from dadt.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
-                                  broadcast_parameters)
+                                  broadcast_parameters, sparse_allreduce_async)
 from dadt.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather_async,
                                 allreduce_, allreduce_async, allreduce_async_, alltoall_async,
                                 barrier, broadcast_, broadcast_async, broadcast_async_,
@@ -59,5 +59,5 @@ __all__ = [
     # training helpers
     "Compression", "DistributedOptimizer", "SyncBatchNorm", "broadcast_parameters",
     "broadcast_optimizer_state",
-    "broadcast_object", "allgather_object",
+    "broadcast_object", "allgather_object", "sparse_allreduce_async",
 ]

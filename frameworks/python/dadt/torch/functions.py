@@ -8,9 +8,10 @@ from typing import Any, List, Optional
 import torch
 
 from dadt.common.basics import rank, size
+from dadt.common.util import Average, Sum
 from dadt.torch.collectives import allgather
 from dadt.torch.handles import auto_name, synchronize
-from dadt.torch.mpi_ops import broadcast_, broadcast_async_
+from dadt.torch.mpi_ops import allgather_async, broadcast_, broadcast_async_
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
            "allgather_object"]
@@ -185,3 +186,36 @@ def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
     gathered = allgather(t, name=name + ".t")
     offsets = [0] + list(itertools.accumulate(sizes))
     return [_from_bytes_tensor(gathered[offsets[i]:offsets[i + 1]]) for i in range(size())]
+
+
+def sparse_allreduce_async(tensor, name: str, op: int, process_set=None):
+    """Starts an allreduce of a sparse COO tensor as Horovod does: its indices and values are
+    allgathered (so every rank's nonzeros travel, not a dense copy) and summed by coalescing.
+    Returns a function that waits and returns the reduced sparse tensor (divided by size() for
+    Average).
+
+    Arguments:
+        tensor: A sparse COO tensor (torch.sparse_coo).
+        name: The collectives' name prefix (``<name>.indices``, ``<name>.values``).
+        op: Sum or Average.
+        process_set: Must be None (process sets are not supported yet).
+    """
+    if process_set is not None:
+        raise NotImplementedError("process sets are not supported by dadt yet")
+    if not (isinstance(tensor, torch.Tensor) and tensor.layout == torch.sparse_coo):
+        raise ValueError("sparse_allreduce_async takes a sparse COO tensor, got %s"
+                         % (tensor.layout if isinstance(tensor, torch.Tensor) else type(tensor)))
+    if op not in (Average, Sum):
+        raise ValueError("sparse_allreduce_async reduces with Sum or Average only")
+    # Allgather concatenates along the first dimension: one row per nonzero.
+    indices = allgather_async(tensor._indices().t().contiguous(), name="%s.indices" % name)
+    values = allgather_async(tensor._values().contiguous(), name="%s.values" % name)
+
+    def finish():
+        gathered_values = synchronize(values)
+        gathered_indices = synchronize(indices)
+        if op == Average:
+            gathered_values = gathered_values / size()
+        return torch.sparse_coo_tensor(gathered_indices.t(), gathered_values, tensor.size())
+
+    return finish
