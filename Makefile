@@ -1,7 +1,7 @@
 # dadt developer entry points. The two that matter:
 #   make demo   install everything, then train a small model on 2 ranks:  dadtrun --gloo -np 2 ...
 #   make test   install everything, then run every test tier; exits non-zero if any tier fails
-# Building blocks: make deps | build | install | test-cc | test-asan | test-tsan | test-python | test-integration | bench | clean
+# Building blocks: make deps | build | install | test-cc | test-asan | test-tsan | test-python | test-conformance | test-integration | bench | clean
 
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
@@ -29,13 +29,13 @@ export DADT_TEST_TIMEOUT ?= 600
 INTEGRATION_TIMEOUT ?= 1800
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: help deps build install demo test test-cc test-python-unit test-python test-python-frameworks test-integration bench clean
+.PHONY: help deps build install demo test test-cc test-python-unit test-python test-python-frameworks test-conformance test-integration bench clean
 .PHONY: test-fuzz test-asan test-tsan
 
 help:
 	@echo "make demo    install deps + dadt, then: dadtrun --gloo -np $(NP) $(PYTHON) examples/pytorch/train_digits.py"
 	@echo "make test    install deps + dadt, then every test tier (C++ gtest, Python under dadtrun, integration)"
-	@echo "make deps | build | install | test-cc | test-asan | test-tsan | test-python | test-integration | bench | clean"
+	@echo "make deps | build | install | test-cc | test-asan | test-tsan | test-python | test-conformance | test-integration | bench | clean"
 
 deps:
 	bash tools/install_deps.sh
@@ -58,7 +58,7 @@ demo: deps install
 # Every tier runs even when an earlier one fails; the summary says which failed.
 test: deps install
 	@log=$$(mktemp); failed=0; summary=""; \
-	for tier in test-cc test-python-unit test-python test-python-frameworks test-integration test-fuzz test-asan test-tsan; do \
+	for tier in test-cc test-python-unit test-python test-python-frameworks test-conformance test-integration test-fuzz test-asan test-tsan; do \
 	    $(MAKE) --no-print-directory $$tier 2>&1 | tee $$log; rc=$${PIPESTATUS[0]}; \
 	    if [ $$rc -ne 0 ]; then verdict="FAILED (exit $$rc)"; failed=$$((failed + 1)); \
 	    elif grep -q '^SKIP tier' $$log; then verdict="skipped: $$(grep -m1 '^SKIP tier' $$log | sed 's/^SKIP tier [0-9a-z]*: //')"; \
@@ -109,6 +109,11 @@ test-python:
 # TensorFlow/Keras and JAX suites (test/python_frameworks) at 2 and 3 ranks.
 test-python-frameworks:
 	@bash tools/run_framework_tests.sh 2 3
+
+# Horovod's own test_torch.py, unchanged, whole file per launch: -np 2 and 3, dadtrun --gloo and
+# --mpi (tools/run_conformance_tests.sh; deselected: test/conformance/horovod_torch_deselect.txt).
+test-conformance:
+	@bash tools/run_conformance_tests.sh 2 3
 
 test-integration:
 	@echo "==================== [tier 3] Integration tests: pytest test/integration ===================="

@@ -138,6 +138,17 @@ void Coordinator::CountReady(const Pending& p) {
 }
 
 bool Coordinator::IsReady(const Pending& p) const {
+  // While a rank has joined, an op other than allreduce and barrier fails at once (BuildResponse
+  // says why) on the ranks that submitted it: waiting for the others could wait forever, since
+  // ranks that ran different numbers of unnamed collectives name it differently.
+  if (joined_count_ > 0) {
+    for (const Request& r : p.by_rank) {
+      if (r.rank >= 0) {
+        if (r.op != OpType::kAllreduce && r.op != OpType::kBarrier) return true;
+        break;
+      }
+    }
+  }
   for (int r = 0; r < size_; ++r) {
     if (p.by_rank[r].rank < 0 && !joined_[r]) return false;
   }

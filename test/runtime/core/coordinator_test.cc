@@ -127,6 +127,25 @@ TEST_P(CoordinatorTest, JoinedRanksCountAsReadyForAllreduceAndJoinReportsLastRan
   EXPECT_EQ(list.responses[0].last_joined_rank, size() == 1 ? 0 : size() - 2);
 }
 
+// Horovod's test_horovod_join_allgather at 3 ranks: one rank joins and the others' allgathers,
+// named apart by their own counters, each fail at once instead of waiting for the rest.
+TEST_P(CoordinatorTest, AllgatherFailsAtOnceWhileARankHasJoined) {
+  if (size() < 2) GTEST_SKIP() << "needs a rank that joins and one that does not";
+  Coordinator c(size(), 1 << 20, microseconds(1000), &cache_);
+  Request join;
+  join.op = OpType::kJoin;
+  join.rank = 0;
+  c.Add(join, t0_);
+  Request g = Allreduce(1, "allgather.noname.7");
+  g.op = OpType::kAllgather;
+  c.Add(g, t0_);
+  ResponseList list = c.Compute(t0_);
+  ASSERT_EQ(list.responses.size(), 1u);
+  EXPECT_EQ(list.responses[0].type, Response::Type::kError);
+  EXPECT_NE(list.responses[0].error.find("join()"), std::string::npos) << list.responses[0].error;
+  EXPECT_EQ(c.pending(), 0u);
+}
+
 TEST_P(CoordinatorTest, GroupIsReleasedOnlyWhenComplete) {
   Coordinator c(size(), 1 << 20, microseconds(1000), &cache_);
   auto member = [&](int r, int i) {
