@@ -56,7 +56,12 @@ def worker(cycles):
     rank = dadt.rank()
     dadt.shutdown()
     if rank == 0:
-        print("RESULT " + json.dumps(everyone), flush=True)
+        # Compact: the launcher relays lines in pieces of at most 4 KiB. A cycle lasts as long
+        # as its slowest rank's.
+        per_cycle = [round(max(r["times"][i] for r in everyone) * 1e3, 1) for i in range(cycles)]
+        counts = {k: [sum(r[when][k] for r in everyone) for when in ("before", "after")]
+                  for k in ("threads", "sockets", "fds")}
+        print("RESULT " + json.dumps({"ms": per_cycle, "counts": counts}), flush=True)
 
 
 def run_engine(engine, np, cycles, python):
@@ -82,14 +87,12 @@ def main():
         return 0
     rows, grew = [], False
     for engine in a.engines.split(","):
-        ranks, cmd = run_engine(engine, a.np, a.cycles, sys.executable)
-        # A cycle lasts as long as its slowest rank's.
-        per_cycle = [max(r["times"][i] for r in ranks) * 1e3 for i in range(a.cycles)]
+        result, cmd = run_engine(engine, a.np, a.cycles, sys.executable)
+        per_cycle = result["ms"]
         q = statistics.quantiles(per_cycle, n=20, method="inclusive")  # q[0] p5, q[18] p95
         counts = []
         for key in ("threads", "sockets", "fds"):
-            b = sum(r["before"][key] for r in ranks)
-            f = sum(r["after"][key] for r in ranks)
+            b, f = result["counts"][key]
             grew |= f > b
             counts.append("%d->%d" % (b, f))
         rows.append((engine, a.np, a.cycles, statistics.median(per_cycle), q[0], q[18],
