@@ -11,7 +11,9 @@
 # Environment:
 #   HOROVOD_TEST_TORCH   the file (default: ../shared/conformance/horovod/test_torch.py beside the
 #                        repository); absent: the tier is skipped, saying so
-#   PYTHON, DADTRUN, DADT_TEST_TIMEOUT   as in tools/run_python_tests.sh
+#   PYTHON, DADTRUN      as in tools/run_python_tests.sh
+#   DADT_CONFORMANCE_TIMEOUT   wall-clock seconds per launch (default 300; a passing launch of the
+#                        file takes about 40 s at 2 ranks on a 2-core machine)
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,6 +22,7 @@ PYTHON="${PYTHON:-python3}"
 TIER="tier 3b"
 # shellcheck source=tools/launch_tier_lib.sh
 source "$ROOT/tools/launch_tier_lib.sh"
+LIMIT="${DADT_CONFORMANCE_TIMEOUT:-300}"
 RANKS=("$@")
 [ "${#RANKS[@]}" -gt 0 ] || RANKS=(2 3)
 FILE="${HOROVOD_TEST_TORCH:-$ROOT/../shared/conformance/horovod/test_torch.py}"
