@@ -18,13 +18,10 @@
 #include "dadtrun/supervisor.h"
 #include "dadtrun/worker_env.h"
 #include "runtime/common/env.h"
-#include "runtime/common/rendezvous/socket.h"
 
 namespace dadt {
 namespace dadtrun {
 namespace {
-
-constexpr char kLoopback[] = "127.0.0.1";
 
 std::string JoinCommand(const std::vector<std::string>& command) {
   std::string s;
@@ -48,24 +45,6 @@ std::string JoinHosts(const std::vector<std::string>& hosts) {
   std::string s;
   for (const std::string& h : hosts) s += (s.empty() ? "" : ", ") + h;
   return s;
-}
-
-// Where the rendezvous server listens: loopback when every rank is here; else the chosen
-// interface's address; else the address this host uses to reach the first remote host.
-StatusOr<std::string> RendezvousAddress(const LaunchConfig& config,
-                                        const std::vector<std::string>& remote_hosts) {
-  if (remote_hosts.empty()) return std::string(kLoopback);
-  if (config.network_interface) {
-    StatusOr<std::string> addr = rendezvous::InterfaceAddress(*config.network_interface);
-    if (!addr.ok()) return InvalidArgument("--network-interface: " + addr.status().message());
-    return addr;
-  }
-  StatusOr<std::string> addr = rendezvous::RouteSourceAddress(remote_hosts.front());
-  if (!addr.ok()) {
-    return InvalidArgument("cannot choose an address for the rendezvous server (" +
-                           addr.status().message() + "); pass --network-interface IFACE");
-  }
-  return addr;
 }
 
 Status CheckForwardedEnv(const LaunchConfig& config, const EnvMap& user_env) {
@@ -143,7 +122,8 @@ int Launch(const LaunchConfig& requested) {
     console::Message("hosts reached: " + std::to_string(remote_hosts.size()) + "/" +
                      std::to_string(remote_hosts.size()));
   }
-  StatusOr<std::string> bind_addr = RendezvousAddress(config, remote_hosts);
+  // Where the rendezvous server listens (loopback when every rank is here).
+  StatusOr<std::string> bind_addr = LaunchAddress(config, remote_hosts);
   if (!bind_addr.ok()) return Refuse(bind_addr.status());
 
   // Before any thread exists, so every thread inherits the mask and Supervisor::Run can take the
@@ -168,9 +148,7 @@ int Launch(const LaunchConfig& requested) {
   endpoints.rendezvous_addr = *bind_addr;
   endpoints.rendezvous_port = (*server)->port();
   endpoints.secret = *secret;
-  // torchrun's MASTER_ADDR is rank 0's host.
-  const bool rank0_local = IsLocalHost(placements.front().host, local_hostname);
-  endpoints.master_addr = rank0_local ? *bind_addr : placements.front().host;
+  endpoints.master_addr = MasterAddress(config, local_hostname, *bind_addr);
   endpoints.master_port = *master_port;
 
   OutputMux::Options mux_options;

@@ -36,8 +36,11 @@ std::string FindMpirun();
 std::string ResolveController(const std::string& requested);
 
 // The environment every rank gets under mpirun: `user_env` plus the job-wide contract (no
-// per-rank names: MPI tells each rank where it is).
-EnvMap MpiWorkerEnvironment(const LaunchConfig& config, const EnvMap& user_env);
+// per-rank names: MPI tells each rank where it is), torchrun's MASTER_ADDR/MASTER_PORT when
+// `master_addr` is given, and kMpiHostOfRank, from which the relay that starts each rank derives
+// torchrun's per-rank names (TorchEnvFromMpi).
+EnvMap MpiWorkerEnvironment(const LaunchConfig& config, const EnvMap& user_env,
+                            const std::string& master_addr = "", int master_port = 0);
 
 // Splits --mpi-args like a shell would for words and quotes ('...', "...", backslash); no
 // expansion. An unterminated quote is InvalidArgument.
