@@ -10,6 +10,7 @@
 #include "dadtrun/launcher.h"
 #include "dadtrun/line_relay.h"
 #include "dadtrun/mpi_spawner.h"
+#include "dadtrun/slurm_task.h"
 #include "dadtrun/worker_env.h"
 
 int main(int argc, char** argv) {
@@ -28,6 +29,14 @@ int main(int argc, char** argv) {
     }
     for (const auto& [name, value] : *torch_env) ::setenv(name.c_str(), value.c_str(), 1);
     return dadt::dadtrun::RunLineRelay({args.begin() + skip, args.end()});
+  }
+  // Inside the tasks of a Slurm step (dadtrun/slurm_task.h); not user flags.
+  if (!args.empty() && args[0] == dadt::dadtrun::kSlurmTaskEnvFlag) {
+    return dadt::dadtrun::RunSlurmTaskEnv();
+  }
+  if (!args.empty() && args[0] == dadt::dadtrun::kSlurmRankFlag) {
+    const size_t skip = args.size() > 1 && args[1] == "--" ? 2 : 1;
+    return dadt::dadtrun::RunSlurmRank({args.begin() + skip, args.end()});
   }
   dadt::StatusOr<CommandLine> cl =
       dadt::dadtrun::ParseCommandLine(args, dadt::dadtrun::LocalHostname());
