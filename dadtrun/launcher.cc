@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include "dadtrun/console.h"
@@ -14,6 +15,8 @@
 #include "dadtrun/mpi_spawner.h"
 #include "dadtrun/output_mux.h"
 #include "dadtrun/rendezvous_server.h"
+#include "dadtrun/slurm.h"
+#include "dadtrun/srun_spawner.h"
 #include "dadtrun/ssh_spawner.h"
 #include "dadtrun/supervisor.h"
 #include "dadtrun/worker_env.h"
@@ -95,9 +98,55 @@ SshOptions SshOptionsFor(const LaunchConfig& config) {
   return ssh;
 }
 
+// Inside a Slurm allocation with no -H/--hostfile: the allocation's hosts, ranks through srun (or
+// mpirun inside the allocation with --mpi). Sets *handled when it launched or refused.
+int LaunchInAllocation(LaunchConfig config, bool* handled) {
+  const EnvMap env = CurrentEnvironment();
+  *handled = false;
+  if (config.hosts_given || !InSlurmAllocation(env)) return 0;
+  *handled = true;
+  const std::string job = env.at("SLURM_JOB_ID");
+  StatusOr<std::optional<SlurmTask>> task = StepTask(env);
+  if (task.ok() && task->has_value() && (*task)->size > 1) {
+    return Refuse(InvalidArgument(
+        "dadtrun is task " + std::to_string((*task)->rank) + " of Slurm step " + (*task)->step +
+        ", which has " + std::to_string((*task)->size) + " tasks: each would start -np " +
+        std::to_string(config.num_proc) + " ranks of its own. Run dadtrun once per job (in the "
+        "salloc shell or the sbatch script, or srun -n1); it starts the ranks itself"));
+  }
+  StatusOr<std::vector<HostSlots>> hosts = AllocationHosts(env);
+  if (!hosts.ok()) return Refuse(hosts.status());
+  const int slots = TotalSlots(*hosts);
+  if (config.num_proc > slots) {
+    std::string list;
+    for (const HostSlots& h : *hosts) {
+      list += (list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots);
+    }
+    return Refuse(InvalidArgument(
+        "-np " + std::to_string(config.num_proc) + " is more than the " + std::to_string(slots) +
+        " task slots of Slurm job " + job + " (" + list + "); lower -np, or ask salloc/sbatch for "
+        "more (-N, --ntasks-per-node)"));
+  }
+  config.hosts = *hosts;
+  if (config.controller == "mpi") {
+    console::Message("--mpi in Slurm job " + job + ": mpirun inside the allocation starts the "
+                     "ranks (Open MPI starts its daemons with srun; no ssh)");
+    return LaunchWithMpirun(config);
+  }
+  if (config.verbose && config.controller == "auto") {
+    console::Message("in Slurm job " + job + ": starting the ranks with srun, Gloo controller "
+                     "(--mpi for mpirun inside the allocation)");
+  }
+  config.controller = "gloo";
+  return LaunchWithSrun(config);
+}
+
 }  // namespace
 
 int Launch(const LaunchConfig& requested) {
+  bool in_allocation = false;
+  const int allocation_code = LaunchInAllocation(requested, &in_allocation);
+  if (in_allocation) return allocation_code;
   LaunchConfig config = requested;
   config.controller = ResolveController(requested.controller);
   if (config.controller == "mpi") return LaunchWithMpirun(config);
