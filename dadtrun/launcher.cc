@@ -107,12 +107,14 @@ int LaunchInAllocation(LaunchConfig config, bool* handled) {
   *handled = true;
   const std::string job = env.at("SLURM_JOB_ID");
   StatusOr<std::optional<SlurmTask>> task = StepTask(env);
-  if (task.ok() && task->has_value() && (*task)->size > 1) {
+  // In a step's task the SLURM_* variables describe the step, not the allocation, and a step of
+  // several tasks would run one dadtrun per task.
+  if (task.ok() && task->has_value()) {
     return Refuse(InvalidArgument(
         "dadtrun is task " + std::to_string((*task)->rank) + " of Slurm step " + (*task)->step +
-        ", which has " + std::to_string((*task)->size) + " tasks: each would start -np " +
-        std::to_string(config.num_proc) + " ranks of its own. Run dadtrun once per job (in the "
-        "salloc shell or the sbatch script, or srun -n1); it starts the ranks itself"));
+        ", which has " + std::to_string((*task)->size) + " task(s); run dadtrun in the allocation "
+        "itself (the salloc shell or the sbatch script), where it starts the ranks as one srun "
+        "step, or give the hosts with -H/--hostfile"));
   }
   StatusOr<std::vector<HostSlots>> hosts = AllocationHosts(env);
   if (!hosts.ok()) return Refuse(hosts.status());

@@ -7,7 +7,7 @@ dadtrun) joins the step's tasks through rank 0's rendezvous store with the DADT_
 inside an allocation takes its hosts from Slurm and starts the ranks as one srun step.
 
 Needs root, network namespaces and Debian's slurmctld, slurmd, slurm-client and munge (tools/install_deps.sh);
-otherwise the module is skipped with the reason. About 3 minutes.
+otherwise the module is skipped with the reason. About 3 minutes (2 cores).
 """
 import json
 import os
@@ -220,12 +220,18 @@ def test_dadtrun_refuses_more_ranks_than_the_allocation(cluster):
                      proc.stderr), proc.stderr
 
 
-def test_dadtrun_as_a_task_of_a_multi_task_step_is_refused(cluster):
+def test_dadtrun_as_a_task_of_a_step_is_refused(cluster):
     proc = run(cluster, ["srun", "-N", "2", "--ntasks-per-node", "1", "--label", "dadtrun", "-np", "2",
                          PY, "-c", "pass"], timeout=120)
     assert proc.returncode != 0
     lines = [t for _, t in labelled(proc.stderr) if "dadtrun is task" in t]
-    assert len(lines) == 2 and all("which has 2 tasks" in t for t in lines), proc.stderr
+    assert len(lines) == 2 and all("which has 2 task(s)" in t for t in lines), proc.stderr
+    # One task is refused too: its SLURM_* variables are the step's, not the allocation's.
+    proc = run(cluster, ["salloc", "-N", "2", "srun", "-n", "1", "dadtrun", "-np", "2", PY, "-c", "pass"],
+               timeout=120)
+    assert proc.returncode != 0
+    assert re.search(r"dadtrun: dadtrun is task 0 of Slurm step \d+\.\d+, which has 1 task\(s\); run dadtrun in "
+                     r"the allocation itself", proc.stderr), proc.stderr
 
 
 # argv: MARKER. Rank 3 (on sn2) kills itself after init; the others wait in an allreduce it never joins.
@@ -310,3 +316,19 @@ def test_scancel_ends_every_rank_and_dadtrun_says_so(cluster, tmp_path):
     assert took < LIMIT_S, f"dadtrun took {took:.1f} s to end after scancel"
     assert re.search(r"dadtrun: the scheduler ended the (step|job) [0-9.]+ \(scancel", err), err[-3000:]
     assert not left, f"left on the nodes: {left}"
+
+
+def test_plain_ddp_script_under_dadtrun_in_allocation(cluster, tmp_path):
+    # torchrun's variables, set by the srun step's relay: a torch.distributed script with no dadt import.
+    from test_torch_ddp import DDP
+    script = tmp_path / "plain_ddp.py"
+    script.write_text(DDP)
+    proc = run(cluster, ["salloc", "-N", "2", "--ntasks-per-node", "2", "dadtrun", "-np", "4", PY, str(script)])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = {json.loads(t)["dist_rank"]: json.loads(t) for t in rank_lines(proc.stdout) if t.startswith("{")}
+    assert sorted(rows) == [0, 1, 2, 3], proc.stdout[-2000:]
+    for r, row in rows.items():
+        assert (row["RANK"], row["WORLD_SIZE"], row["LOCAL_RANK"], row["LOCAL_WORLD_SIZE"]) == (str(r), "4", str(r % 2), "2")
+        assert (row["GROUP_RANK"], row["GROUP_WORLD_SIZE"]) == (str(r // 2), "2"), row
+        assert row["MASTER_ADDR"] == "sn1" and row["MASTER_PORT"] == rows[0]["MASTER_PORT"], row
+        assert row["in_sync"] and row["moved"], row
