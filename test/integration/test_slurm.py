@@ -284,19 +284,24 @@ time.sleep(300)
 """
 
 
-def test_scancel_ends_every_rank_and_dadtrun_says_so(cluster, tmp_path):
+@pytest.mark.parametrize("how", ["srun", "dadtrun"])
+def test_scancel_ends_every_rank_and_says_so(cluster, tmp_path, how):
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     marker = "dadt-sl-" + os.urandom(6).hex()
     name = "dadt-" + marker[-6:]
-    proc = subprocess.Popen(["salloc", "-J", name, "-N", "2", "--ntasks-per-node", "2", "dadtrun", "-np", "4",
-                             PY, str(script), marker], env=slurm_env(cluster), stdout=subprocess.PIPE,
+    if how == "srun":
+        cmd = ["srun", "-J", name, "-N", "2", "--ntasks-per-node", "2", "--label", PY, str(script), marker]
+    else:
+        cmd = ["salloc", "-J", name, "-N", "2", "--ntasks-per-node", "2", "dadtrun", "-np", "4", PY, str(script),
+               marker]
+    proc = subprocess.Popen(cmd, env=slurm_env(cluster, DADT_SECRET=secret()), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, cwd=REPO)
     try:
         ready = 0
         deadline = time.monotonic() + 120
         for line in proc.stdout:
-            if line.rstrip().endswith("<stdout>:READY"):
+            if re.match(r"^(\s*\d+: |\[\d+\]<stdout>:)READY$", line.rstrip("\n")):
                 ready += 1
             if ready == 4 or time.monotonic() > deadline:
                 break
@@ -313,8 +318,11 @@ def test_scancel_ends_every_rank_and_dadtrun_says_so(cluster, tmp_path):
             proc.communicate()
     left = wait_clean(marker)
     assert proc.returncode != 0
-    assert took < LIMIT_S, f"dadtrun took {took:.1f} s to end after scancel"
-    assert re.search(r"dadtrun: the scheduler ended the (step|job) [0-9.]+ \(scancel", err), err[-3000:]
+    assert took < LIMIT_S, f"{how} took {took:.1f} s to end after scancel"
+    if how == "srun":
+        assert re.search(r"CANCELLED AT", err), err[-3000:]
+    else:
+        assert re.search(r"dadtrun: the scheduler ended the (step|job) [0-9.]+ \(scancel", err), err[-3000:]
     assert not left, f"left on the nodes: {left}"
 
 
