@@ -16,6 +16,7 @@
 #include "dadtrun/slurm.h"
 #include "dadtrun/worker_env.h"
 #include "runtime/common/env.h"
+#include "runtime/common/rendezvous/socket.h"
 
 namespace dadt {
 namespace dadtrun {
@@ -97,13 +98,22 @@ int RunSlurmTaskEnv() {
 
   std::unique_ptr<RendezvousServer> server;
   if (t.rank == 0) {
+    // Every interface (or DADT_IFACE's address), not the one the node's own name resolves to
+    // there: many images map their host name to 127.0.1.1. The secret guards the store.
+    std::string bind_addr = "0.0.0.0";
+    auto iface = env.find(env::kIface);
+    if (iface != env.end() && !iface->second.empty()) {
+      StatusOr<std::string> a = rendezvous::InterfaceAddress(iface->second);
+      if (!a.ok()) return Error(std::string(env::kIface) + ": " + a.status().message());
+      bind_addr = *a;
+    }
     RendezvousServerOptions options;
     options.port = *port;
     StatusOr<std::unique_ptr<RendezvousServer>> started =
-        RendezvousServer::Start(addr, secret->second, options);
+        RendezvousServer::Start(bind_addr, secret->second, options);
     if (!started.ok()) {
       return Error("rank 0 of Slurm step " + t.step + " cannot serve the rendezvous store on " +
-                   addr + ":" + std::to_string(*port) + " (" + started.status().message() +
+                   bind_addr + ":" + std::to_string(*port) + " (" + started.status().message() +
                    "); if another job holds the port, set DADT_RENDEZVOUS_PORT to a free port "
                    "before srun");
     }

@@ -4,12 +4,13 @@
 // without dadtrun (direct launch, docs/running.md "Running under Slurm"). Every task runs it and
 // gets on stdout its part of the launcher -> worker contract, one NAME=VALUE line each, then a line
 // READY; a task that cannot join prints one line "ERROR<TAB>message" instead. The step's rank 0
-// (SLURM_PROCID 0) serves the job's rendezvous store on its node, at the port every task derives
-// from the job and step ids (or DADT_RENDEZVOUS_PORT), before it prints READY; it keeps serving
-// until its standard input closes (the rank that started it has exited) or it gets SIGTERM. The
-// job secret is DADT_SECRET from the environment, which srun passes to every task; there is no
-// default, so a step without one stops with an error instead of training as N one-rank jobs. A
-// step of one task prints READY alone.
+// (SLURM_PROCID 0) serves the job's rendezvous store on its node (every interface, or DADT_IFACE's),
+// at the port every task derives from the job and step ids (or DADT_RENDEZVOUS_PORT), and the
+// others reach it at the step's first node name (or DADT_RENDEZVOUS_ADDR). It starts serving
+// before READY and keeps on until its standard input closes (the rank that started it has exited)
+// or it gets SIGTERM. The job secret is DADT_SECRET from the environment, which srun passes to
+// every task; there is no default, so a step without one stops with an error instead of training
+// as N one-rank jobs. A step of one task prints READY alone.
 //
 // `dadtrun --slurm-rank -- PROGRAM ARGS...` is how `dadtrun` inside an allocation has its one
 // `srun` step start each rank: the job-wide part of the contract comes from dadtrun through srun's
