@@ -67,7 +67,7 @@ StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     const std::string& bind_addr, const std::string& secret, const RendezvousServerOptions& options) {
   if (secret.empty()) return InvalidArgument("the rendezvous server needs a non-empty secret");
   int port = 0;
-  StatusOr<int> fd = rendezvous::ListenTcp(bind_addr, 0, &port);
+  StatusOr<int> fd = rendezvous::ListenTcp(bind_addr, options.port, &port);
   if (!fd.ok()) return fd.status();
   std::unique_ptr<RendezvousServer> server(new RendezvousServer(bind_addr, port, *fd, secret, options));
   if (::pipe2(server->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {

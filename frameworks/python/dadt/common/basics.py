@@ -9,6 +9,7 @@ import os
 import warnings
 from typing import Any, Callable, List, Optional
 
+from dadt.common import slurm
 from dadt.common.exceptions import from_core_error
 from dadt.common.util import NOT_INITIALIZED
 
@@ -127,8 +128,9 @@ def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = N
          timeline_path: Optional[str] = None) -> None:
     """A function that initializes dadt.
 
-    Reads the job's geometry from the launcher's environment (``dadtrun``); without a launcher
-    the process runs as rank 0 of 1. Calling it again while running is a no-op.
+    Reads the job's geometry from the launcher's environment (``dadtrun``); in a task of a Slurm
+    step started by ``srun`` without dadtrun, from Slurm's (docs/running.md, "Running under
+    Slurm"); otherwise the process runs as rank 0 of 1. Calling it again while running is a no-op.
 
     Args:
       comm: An mpi4py communicator (or a list of MPI_COMM_WORLD ranks): the job is that
@@ -145,6 +147,8 @@ def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = N
       group_buffer_size: Same threshold, under its grouped-allreduce name; the larger wins.
       timeline_path: File for the Chrome-trace timeline (sets ``DADT_TIMELINE``).
     """
+    if comm is None and not is_initialized():
+        slurm.join_step()  # srun without dadtrun: this task's place in the step (dadt/common/slurm.py)
     mpi_comm = 0
     if comm is not None and not is_initialized():
         if "mpi" not in built_backends():
