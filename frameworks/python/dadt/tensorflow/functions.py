@@ -13,14 +13,17 @@ from dadt.common import array_ops
 from dadt.common.basics import size
 from dadt.common.util import Average, Sum
 from dadt.tensorflow.compression import Compression
+from dadt.tensorflow.errors import to_tf_error
 from dadt.tensorflow.mpi_ops import broadcast, grouped_allreduce
 
 __all__ = ["broadcast_variables", "broadcast_object", "allgather_object",
            "DistributedGradientTape", "allreduce_gradients"]
 
 
-def broadcast_variables(variables, root_rank: int, name: Optional[str] = None) -> None:
-    """Assigns root rank's value to each variable on every process, eagerly or in a tf.function.
+def broadcast_variables(variables, root_rank: int, name: Optional[str] = None):
+    """Assigns root rank's value to each variable on every process, eagerly or in a graph.
+    Returns None eagerly; in a graph, the op that assigns them all (run it in a
+    tf.compat.v1 Session; a tf.function runs it by itself).
 
     Arguments:
         variables: an iterable of tf.Variable (e.g. ``model.variables``,
@@ -32,13 +35,16 @@ def broadcast_variables(variables, root_rank: int, name: Optional[str] = None) -
     base = array_ops.make_name("broadcast_variables", name)
     if tf.executing_eagerly():
         # Every broadcast in flight at once, then the assignments.
-        handles = [array_ops.broadcast_async(v.numpy(), root_rank, "%s.%d" % (base, i))
-                   for i, v in enumerate(variables)]
-        for v, h in zip(variables, handles):
-            v.assign(array_ops.synchronize(h))
-        return
-    for i, v in enumerate(variables):
-        v.assign(broadcast(v, root_rank, name="%s.%d" % (base, i)))
+        try:
+            handles = [array_ops.broadcast_async(v.numpy(), root_rank, "%s.%d" % (base, i))
+                       for i, v in enumerate(variables)]
+            for v, h in zip(variables, handles):
+                v.assign(array_ops.synchronize(h))
+        except Exception as e:  # noqa: BLE001 - re-raised as its tf.errors class
+            raise to_tf_error(e) from None
+        return None
+    return tf.group(*[v.assign(broadcast(v, root_rank, name="%s.%d" % (base, i)))
+                      for i, v in enumerate(variables)])
 
 
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
