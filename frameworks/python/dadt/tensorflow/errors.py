@@ -13,8 +13,18 @@ from typing import Dict, Tuple, Type
 
 import tensorflow as tf
 
+from dadt.common import exceptions as _codes
 from dadt.common.exceptions import canonical_code
 
+# Canonical status code -> tf.errors class (TensorFlow's codes are the canonical ones).
+_TF_TYPES = {
+    _codes.CANONICAL_INVALID_ARGUMENT: tf.errors.InvalidArgumentError,
+    _codes.CANONICAL_DEADLINE_EXCEEDED: tf.errors.DeadlineExceededError,
+    _codes.CANONICAL_FAILED_PRECONDITION: tf.errors.FailedPreconditionError,
+    _codes.CANONICAL_ABORTED: tf.errors.AbortedError,
+    _codes.CANONICAL_UNIMPLEMENTED: tf.errors.UnimplementedError,
+    _codes.CANONICAL_INTERNAL: tf.errors.InternalError,
+}
 _types: Dict[Tuple[type, type], type] = {}
 
 
@@ -38,7 +48,7 @@ def to_tf_error(error: BaseException) -> BaseException:
     that is also an instance of ``type(error)``; OpErrors are returned unchanged."""
     if isinstance(error, tf.errors.OpError):
         return error
-    tf_type = tf.errors.exception_type_from_error_code(canonical_code(error))
+    tf_type = _TF_TYPES.get(canonical_code(error), tf.errors.InternalError)
     try:
         converted = _combined(type(error), tf_type)(str(error))
     except TypeError:  # a type that cannot be combined (layout conflict): TensorFlow's alone
