@@ -33,6 +33,7 @@ namespace {
 using WaitForFn = int (*)(int64_t handle, int64_t timeout_ms, char* msg, size_t msg_len);
 
 constexpr int kMaxCodes = 16;
+constexpr int kPending = -2;  // DADT_PENDING of runtime/c_api.h
 std::atomic<WaitForFn> g_wait_for{nullptr};
 // Runtime status code (DADT_ERR_*) -> absl::StatusCode; written once before the first op runs.
 std::atomic<int> g_status_of[kMaxCodes];
@@ -56,6 +57,13 @@ class DadtAwaitOp : public tensorflow::AsyncOpKernel {
                       absl::FailedPreconditionError(
                           "dadt: DadtAwait ran before dadt.tensorflow configured it"),
                       done);
+    char msg[4096] = {0};
+    const int now = wait_for(handle, 0, msg, sizeof msg);
+    if (now != kPending) {  // already complete: finish here, no thread needed
+      if (now != 0) context->SetStatus(ToStatus(now, msg));
+      done();
+      return;
+    }
     // One short-lived thread per pending collective: the wait may last as long as the slowest
     // rank takes to submit, and it must not occupy a thread TensorFlow schedules ops on.
     std::thread([wait_for, handle, context, done = std::move(done)]() {
