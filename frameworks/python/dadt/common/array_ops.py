@@ -253,7 +253,8 @@ def pending_handle(name: str) -> Optional[int]:
     """The handle of this rank's in-flight collective named ``name`` (None when there is none)."""
     if name not in _in_flight:
         return None
-    for handle, entry in _entries.items():
+    # A copy: TensorFlow runs graph-mode submits on several threads, which add entries.
+    for handle, entry in list(_entries.items()):
         if name in entry.names:
             return handle
     return None

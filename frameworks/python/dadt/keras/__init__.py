@@ -49,6 +49,7 @@ broadcast_object = _array_ops.broadcast_object
 allgather_object = _array_ops.allgather_object
 
 __all__ = _export_common(globals()) + [
-    "DistributedOptimizer", "PartialDistributedOptimizer", "callbacks", "broadcast_variables", "allreduce", "allgather",
+    "DistributedOptimizer", "PartialDistributedOptimizer", "callbacks", "broadcast_variables",
+    "allreduce", "allgather",
     "broadcast", "broadcast_object", "allgather_object",
 ]

@@ -79,8 +79,8 @@ class _Distributed:
         return [g if is_local else r for g, r, is_local in zip(grads, reduced, local)]
 
 
-def DistributedOptimizer(optimizer, name: Optional[str] = None, device_dense: str = "",  # noqa: N802
-                         device_sparse: str = "", compression=None, sparse_as_dense: bool = False,
+def DistributedOptimizer(optimizer, name: Optional[str] = None,  # noqa: N802
+                         device_dense: str = "", device_sparse: str = "", compression=None, sparse_as_dense: bool = False,
                          gradient_predivide_factor: float = 1.0, op=Average,
                          backward_passes_per_step: int = 1,
                          average_aggregated_gradients: bool = False, num_groups: int = 0,
@@ -157,7 +157,8 @@ def PartialDistributedOptimizer(optimizer, name: Optional[str] = None,  # noqa: 
                                 scale_local_gradients: bool = True):
     """A DistributedOptimizer that keeps the gradients of ``local_layers`` (a Keras layer or a
     list of them) local: they are not reduced, only divided by the number of processes when
-    ``scale_local_gradients`` (Horovod's behaviour). The other arguments are DistributedOptimizer's."""
+    ``scale_local_gradients`` (Horovod's behaviour). The other arguments are
+    DistributedOptimizer's."""
     if local_layers is None:
         local_layers = []
     elif not isinstance(local_layers, (list, tuple)):

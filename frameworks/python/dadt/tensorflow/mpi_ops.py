@@ -6,7 +6,8 @@ How a collective runs:
   through dadt.common.array_ops; the result becomes a new tf.Tensor;
 * inside a graph (tf.function, tf.compat.v1 Session.run), as three ops: a ``tf.numpy_function``
   that submits, ``DadtAwait`` (a TensorFlow asynchronous kernel that waits without holding a
-  TensorFlow thread) and a ``tf.numpy_function`` that takes the result (dadt/tensorflow/graph_ops.py).
+  TensorFlow thread) and a ``tf.numpy_function`` that takes the result
+  (dadt/tensorflow/graph_ops.py).
   Names (generated when None) are fixed when the graph is built, identically on every rank.
 
 Gradients follow Horovod: allreduce's gradient is an allreduce, allgather's is this rank's
