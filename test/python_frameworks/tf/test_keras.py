@@ -120,14 +120,18 @@ def test_partial_distributed_optimizer(world):
     assert abs(float(local.kernel.numpy().reshape(())) - world.rank / world.size) < 1e-6
 
 
-def test_learning_rate_schedule(world):
+@pytest.mark.parametrize("initial_lr", [0.8, None], ids=["initial_lr", "optimizer_lr"])
+def test_learning_rate_schedule(world, initial_lr):
+    # Without initial_lr (Horovod's older form) the optimizer's rate when training begins is the base.
     model = _model(0.0)
-    model.compile(optimizer=dadt.DistributedOptimizer(keras.optimizers.SGD(learning_rate=1.0)), loss="mse")
-    schedule = dadt.callbacks.LearningRateScheduleCallback(initial_lr=0.8, multiplier=lambda e: 0.5 ** e,
+    model.compile(optimizer=dadt.DistributedOptimizer(keras.optimizers.SGD(learning_rate=1.0 if initial_lr else 0.8)),
+                  loss="mse")
+    schedule = dadt.callbacks.LearningRateScheduleCallback(initial_lr=initial_lr, multiplier=lambda e: 0.5 ** e,
                                                            start_epoch=1, end_epoch=3)
     seen = []
     record = keras.callbacks.LambdaCallback(
         on_epoch_begin=lambda e, logs: seen.append(float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))))
     model.fit(np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32), epochs=4, verbose=0,
               callbacks=[schedule, record])
-    np.testing.assert_allclose(seen, [1.0, 0.4, 0.2, 0.2], rtol=1e-6)
+    first = 1.0 if initial_lr else 0.8  # epoch 0 is before start_epoch: the optimizer's own rate
+    np.testing.assert_allclose(seen, [first, 0.4, 0.2, 0.2], rtol=1e-6)

@@ -31,6 +31,17 @@ def broadcast_variables(variables, root_rank: int = 0, name: Optional[str] = Non
         v.assign(array_ops.synchronize(h))
 
 
+def _optional_float(value) -> Optional[float]:
+    return None if value is None else float(value)
+
+
+def _current_lr(model) -> float:
+    """The optimizer's learning rate when training begins: Horovod's default initial_lr."""
+    warnings.warn("initial_lr not given: using the optimizer's learning rate when training "
+                  "begins, as Horovod's deprecated form did; pass initial_lr")
+    return float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+
+
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Makes every process start from root rank's state: the model's variables when training
     begins, and the optimizer's variables (created by the first step) after the first batch.
@@ -100,20 +111,27 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         steps_per_epoch: batches per epoch (default: model.fit's ``steps``).
     """
 
-    def __init__(self, initial_lr: float, multiplier, start_epoch: int = 0,
+    def __init__(self, initial_lr: Optional[float] = None, multiplier=None, start_epoch: int = 0,
                  end_epoch: Optional[int] = None, staircase: bool = True,
                  momentum_correction: bool = False, steps_per_epoch: Optional[int] = None):
         super().__init__()
+        if multiplier is None:
+            raise ValueError("LearningRateScheduleCallback needs a multiplier (a number or a "
+                             "function of the epoch)")
         if momentum_correction:
             warnings.warn("LearningRateScheduleCallback: momentum_correction has no effect in "
                           "Keras 3 (momentum is fixed when the train step is compiled)")
-        self.initial_lr = float(initial_lr)
+        self.initial_lr = _optional_float(initial_lr)
         self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
         self.start_epoch = start_epoch
         self.end_epoch = end_epoch
         self.staircase = staircase
         self.steps_per_epoch = steps_per_epoch
         self._epoch = 0
+
+    def on_train_begin(self, logs=None):
+        if self.initial_lr is None:
+            self.initial_lr = _current_lr(self.model)
 
     def _in_range(self, epoch: float) -> bool:
         return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
@@ -152,7 +170,7 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
         verbose: 1 prints the rate at the end of the warmup.
     """
 
-    def __init__(self, initial_lr: float, warmup_epochs: int = 5,
+    def __init__(self, initial_lr: Optional[float] = None, warmup_epochs: int = 5,
                  momentum_correction: bool = False, steps_per_epoch: Optional[int] = None,
                  verbose: int = 0):
         super().__init__()
@@ -161,11 +179,15 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
         if momentum_correction:
             warnings.warn("LearningRateWarmupCallback: momentum_correction has no effect in "
                           "Keras 3 (momentum is fixed when the train step is compiled)")
-        self.initial_lr = float(initial_lr)
+        self.initial_lr = _optional_float(initial_lr)
         self.warmup_epochs = warmup_epochs
         self.steps_per_epoch = steps_per_epoch
         self.verbose = verbose
         self._epoch = 0
+
+    def on_train_begin(self, logs=None):
+        if self.initial_lr is None:
+            self.initial_lr = _current_lr(self.model)
 
     def learning_rate(self, epoch: float) -> float:
         """The rate at a fractional epoch."""
