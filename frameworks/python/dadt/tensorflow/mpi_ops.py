@@ -47,6 +47,8 @@ except ImportError:  # pragma: no cover - depends on the TensorFlow version
 def _as_tensor(tensor: Any, name: str) -> tf.Tensor:
     if not isinstance(tensor, tf.Tensor):  # a tf.Variable is read here; gradients flow through
         tensor = tf.convert_to_tensor(tensor)
+    if tensor.dtype != tensor.dtype.base_dtype:  # a TF1 RefVariable's value: read it
+        tensor = tf.identity(tensor)
     if tensor.dtype.name not in dlpack.SUPPORTED_DTYPE_NAMES:
         raise ValueError("tensor '%s' has dtype %s, which dadt does not support; use one of %s"
                          % (name, tensor.dtype.name, ", ".join(dlpack.SUPPORTED_DTYPE_NAMES)))
