@@ -1,4 +1,6 @@
-"""Training helpers for TensorFlow 2: DistributedGradientTape, broadcast_variables and objects.
+"""Training helpers for TensorFlow: broadcast_variables (and broadcast_global_variables for
+tf.compat.v1 graphs), allreduce_gradients (what DistributedGradientTape, in gradient_tape.py, and
+the Keras DistributedOptimizer use), the rank/size ops and pickled objects.
 
 ``broadcast_variables`` is the TF2 replacement of DADT's TF1 ``BroadcastTrainableVariablesHook``
 (and of Horovod's ``BroadcastGlobalVariablesHook``): call it once after the variables exist
