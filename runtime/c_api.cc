@@ -12,7 +12,9 @@
 
 #include "runtime/backends/backend.h"
 #include "runtime/backends/device.h"
+#include "runtime/backends/engine_choice.h"
 #include "runtime/common/env.h"
+#include "runtime/core/engine_setup.h"
 #include "runtime/core/op_layout.h"
 #include "runtime/core/runtime.h"
 
@@ -153,17 +155,12 @@ int dadt_init(const dadt_init_options* options) {
     if (options->fusion_threshold_bytes >= 0) opts->fusion_threshold_bytes = options->fusion_threshold_bytes;
     if (options->cycle_time_ms >= 0) opts->cycle_time_ms = options->cycle_time_ms;
     if (options->cache_capacity >= 0) opts->cache_capacity = options->cache_capacity;
-    if (options->backend && *options->backend) {
-      opts->backend = options->backend;
-      // An explicit host executor stages GPU tensors through it; "nccl" sets the GPU engine.
-      if (opts->backend != "nccl") opts->device_backend.clear();
-    }
+    if (options->backend) opts->engine_request.executor = options->backend;
     const bool has_comm = options->struct_size >= offsetof(dadt_init_options, mpi_comm) +
                                                        sizeof(options->mpi_comm);
     if (has_comm && options->mpi_comm != 0) {
-      opts->controller = "mpi";
+      opts->engine_request.mpi_comm = true;
       opts->native_comm = options->mpi_comm;
-      if (!(options->backend && *options->backend)) opts->backend = "mpi";
     }
   }
   auto rt = Runtime::Start(*opts, nullptr);
@@ -215,7 +212,7 @@ int dadt_cross_size(void) {
 }
 const char* dadt_backend_name(void) {
   auto rt = GetRunning();
-  return rt ? rt->options().backend.c_str() : nullptr;
+  return rt ? rt->options().engines.host_data_plane.c_str() : nullptr;
 }
 
 int dadt_mpi_threads_supported(void) {
@@ -234,7 +231,24 @@ const char* dadt_built_backends(void) {
 
 const char* dadt_device_backend(void) {
   auto rt = GetRunning();
-  return rt && !rt->options().device_backend.empty() ? rt->options().device_backend.c_str() : nullptr;
+  if (!rt || rt->options().engines.device_data_plane.empty()) return nullptr;
+  return rt->options().engines.device_data_plane.c_str();
+}
+
+int dadt_choose_engines(const char* executor, int with_mpi_comm, const char** control_plane,
+                        const char** host_data_plane, const char** device_data_plane) {
+  auto opts = dadt::core::RuntimeOptions::FromEnv();
+  if (!opts.ok()) return Fail(opts.status());
+  opts->engine_request.executor = executor ? executor : "";
+  opts->engine_request.mpi_comm = with_mpi_comm != 0;
+  auto choice = dadt::core::ChooseJobEngines(*opts, /*local_ranks=*/0);
+  if (!choice.ok()) return Fail(choice.status());
+  thread_local dadt::backends::EngineChoice t_choice;
+  t_choice = *choice;
+  *control_plane = dadt::backends::ControlPlaneName(t_choice.control_plane);
+  *host_data_plane = t_choice.host_data_plane.c_str();
+  *device_data_plane = t_choice.device_data_plane.c_str();
+  return DADT_OK;
 }
 
 int dadt_cuda_available(void) {
