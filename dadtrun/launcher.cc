@@ -18,7 +18,7 @@
 #include "dadtrun/supervisor.h"
 #include "dadtrun/worker_env.h"
 #include "runtime/common/env.h"
-#include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/net/socket.h"
 
 namespace dadt {
 namespace dadtrun {
@@ -56,11 +56,11 @@ StatusOr<std::string> RendezvousAddress(const LaunchConfig& config,
                                         const std::vector<std::string>& remote_hosts) {
   if (remote_hosts.empty()) return std::string(kLoopback);
   if (config.network_interface) {
-    StatusOr<std::string> addr = rendezvous::InterfaceAddress(*config.network_interface);
+    StatusOr<std::string> addr = net::InterfaceAddress(*config.network_interface);
     if (!addr.ok()) return InvalidArgument("--network-interface: " + addr.status().message());
     return addr;
   }
-  StatusOr<std::string> addr = rendezvous::RouteSourceAddress(remote_hosts.front());
+  StatusOr<std::string> addr = net::RouteSourceAddress(remote_hosts.front());
   if (!addr.ok()) {
     return InvalidArgument("cannot choose an address for the rendezvous server (" +
                            addr.status().message() + "); pass --network-interface IFACE");

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "runtime/common/env.h"
-#include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/net/socket.h"
 
 extern char** environ;
 
@@ -121,7 +121,7 @@ std::vector<std::string> ToEnvStrings(const EnvMap& env) {
 
 StatusOr<std::string> GenerateSecret() {
   int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return InternalError("cannot open /dev/urandom: " + rendezvous::ErrnoText(errno));
+  if (fd < 0) return InternalError("cannot open /dev/urandom: " + net::ErrnoText(errno));
   unsigned char bytes[32];
   size_t got = 0;
   while (got < sizeof(bytes)) {
@@ -145,7 +145,7 @@ StatusOr<std::string> GenerateSecret() {
 
 StatusOr<int> FindFreePort(const std::string& addr) {
   int port = 0;
-  StatusOr<int> fd = rendezvous::ListenTcp(addr, 0, &port);
+  StatusOr<int> fd = net::ListenTcp(addr, 0, &port);
   if (!fd.ok()) return fd.status();
   ::close(*fd);
   return port;

@@ -2,7 +2,7 @@
 //
 // A rank runs three engines, and each has a name here that says what it does:
 //  - the control plane carries negotiation (who submitted what): dadt's own TCP star over the
-//    launcher's rendezvous (core/control_channel.h; spelled "gloo" in DADT_CONTROLLER for
+//    launcher's rendezvous (backends/tcp/tcp_control_transport.h; spelled "gloo" in DADT_CONTROLLER for
 //    historical reasons, although it is not Gloo), or MPI messages;
 //  - the host data plane runs the collectives on host tensors: the "gloo" or "mpi" engine;
 //  - the device data plane runs the collectives on GPU tensors: "nccl", or none (GPU tensors are

@@ -14,8 +14,8 @@
 #include "runtime/common/logging.h"
 #include "runtime/common/rendezvous/client.h"
 #include "runtime/common/rendezvous/in_memory_store.h"
-#include "runtime/common/rendezvous/socket.h"
-#include "runtime/core/control_channel.h"
+#include "runtime/common/net/socket.h"
+#include "runtime/backends/tcp/tcp_control_transport.h"
 
 namespace dadt {
 namespace core {
@@ -24,7 +24,7 @@ namespace {
 // The IPv4 address the coordinator listens on: the chosen interface's, loopback when every rank
 // is on this host, else the address the hostname resolves to.
 StatusOr<std::string> BindAddress(const RuntimeOptions& o) {
-  if (!o.iface.empty()) return rendezvous::InterfaceAddress(o.iface);
+  if (!o.iface.empty()) return net::InterfaceAddress(o.iface);
   if (o.local_size == o.size) return std::string("127.0.0.1");
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -46,7 +46,7 @@ StatusOr<std::unique_ptr<backends::ControlTransport>> CreateTransport(RuntimeOpt
   if (options->engines.control_plane == backends::ControlPlane::kTcpStar) {
     auto bind = BindAddress(*options);
     if (!bind.ok()) return bind.status();
-    auto channel = ControlChannel::Create(options->rank, options->size, store, *bind,
+    auto channel = backends::tcp::TcpControlTransport::Create(options->rank, options->size, store, *bind,
                                           options->secret, options->start_timeout);
     if (!channel.ok()) return channel.status();
     return std::unique_ptr<backends::ControlTransport>(std::move(*channel));

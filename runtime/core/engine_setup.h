@@ -9,7 +9,7 @@
 //     for a single process (or under plain mpirun with the mpi executor).
 //  3. Connections, in the same order on every rank: an MPI control plane first (it learns the
 //     geometry from MPI), then the data-plane backend (runtime/backends/engine_builder.h), then
-//     the TCP star (ControlChannel).
+//     the TCP star (TcpControlTransport).
 // Runs on the thread that calls Runtime::Start. Core code: it names engines only by their
 // registry names, never includes one.
 //

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "runtime/common/status.h"
-#include "runtime/core/message.h"
+#include "runtime/core/negotiation/message.h"
 
 namespace dadt {
 namespace core {
