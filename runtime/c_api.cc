@@ -377,27 +377,12 @@ int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTe
     if (!s.ok()) return (Fail(s), -1);
     auto dtype = ToDataType(output->dtype, r.name);
     if (!dtype.ok()) return (Fail(dtype.status()), -1);
-    const int32_t out_device = output->device.device_type == kDLCUDA ? output->device.device_id : dadt::kCpuDevice;
-    if (input && out_device != (r.device >= 0 ? r.device : dadt::kCpuDevice)) {
-      return (Fail(dadt::InvalidArgument("output of '" + r.name + "' must be on the input's device")), -1);
-    }
-    const dadt::Shape out_shape(output->shape, output->shape + output->ndim);
-    if (r.op == dadt::OpType::kAllgather || r.op == dadt::OpType::kReducescatter) {
-      // The result's first dimension is negotiated; the executor checks it against out_shape.
-      if (out_device != dadt::kCpuDevice) {
-        return (Fail(dadt::InvalidArgument("output of '" + r.name + "': a preallocated " +
-                                           dadt::OpTypeName(r.op) + " output must be in host memory")), -1);
-      }
-      if (input && (*dtype != r.dtype || out_shape.size() != std::max<size_t>(r.shape.size(), 1) ||
-                    !std::equal(out_shape.begin() + 1, out_shape.end(),
-                                r.shape.begin() + std::min<size_t>(r.shape.size(), 1)))) {
-        return (Fail(dadt::InvalidArgument("output of '" + r.name + "' must have the input's dtype "
-                                           "and all dimensions but the first")), -1);
-      }
-      e.output_bytes = dadt::NumElements(out_shape) * static_cast<int64_t>(dadt::DataTypeSize(*dtype));
-    } else if (input && (*dtype != r.dtype || out_shape != r.shape)) {
-      return (Fail(dadt::InvalidArgument("output of '" + r.name + "' must match the input's dtype and shape")), -1);
-    }
+    // Checked against the input by the runtime (runtime/core/entry_checks.h).
+    e.output_view.given = true;
+    e.output_view.against_input = input != nullptr;
+    e.output_view.dtype = *dtype;
+    e.output_view.shape.assign(output->shape, output->shape + output->ndim);
+    e.output_view.device = output->device.device_type == kDLCUDA ? output->device.device_id : dadt::kCpuDevice;
     e.output = static_cast<char*>(output->data) + output->byte_offset;
   }
   auto h = rt->Enqueue(std::move(e));
