@@ -2,7 +2,6 @@
 // process-wide state of the library) and converts DLPack views to the core's requests.
 #include "runtime/c_api.h"
 
-#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <memory>

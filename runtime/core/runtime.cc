@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/backends/device.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/thread_priority.h"
 #include "runtime/core/eager_reduce.h"
