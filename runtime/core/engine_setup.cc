@@ -40,14 +40,14 @@ StatusOr<std::string> BindAddress(const RuntimeOptions& o) {
   return std::string(buf);
 }
 
-// The transport for options.controller; for MPI it also fills in the geometry it finds.
+// The transport of options.engines.control_plane; MPI's also fills in the geometry it finds.
 StatusOr<std::unique_ptr<backends::ControlTransport>> CreateTransport(RuntimeOptions* options,
                                                                       KeyValueStore* store) {
   if (options->engines.control_plane == backends::ControlPlane::kTcpStar) {
     auto bind = BindAddress(*options);
     if (!bind.ok()) return bind.status();
-    auto channel = backends::tcp::TcpControlTransport::Create(options->rank, options->size, store, *bind,
-                                          options->secret, options->start_timeout);
+    auto channel = backends::tcp::TcpControlTransport::Create(
+        options->rank, options->size, store, *bind, options->secret, options->start_timeout);
     if (!channel.ok()) return channel.status();
     return std::unique_ptr<backends::ControlTransport>(std::move(*channel));
   }

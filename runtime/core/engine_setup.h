@@ -10,8 +10,9 @@
 //  3. Connections, in the same order on every rank: an MPI control plane first (it learns the
 //     geometry from MPI), then the data-plane backend (runtime/backends/engine_builder.h), then
 //     the TCP star (TcpControlTransport).
-// Runs on the thread that calls Runtime::Start. Core code: it names engines only by their
-// registry names, never includes one.
+// Runs on the thread that calls Runtime::Start. Core code: it names the engines with external
+// libraries (Gloo, MPI, NCCL) only by their registry names and never includes one; the TCP star
+// is dadt's own (runtime/backends/tcp) and is created directly.
 //
 //   auto engines = ConnectEngines(options, /*store=*/nullptr);
 //   if (!engines.ok()) return engines.status();
