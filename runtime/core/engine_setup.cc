@@ -105,8 +105,12 @@ backends::BackendOptions DataPlaneOptions(const RuntimeOptions& options, KeyValu
 
 StatusOr<backends::EngineChoice> ChooseJobEngines(const RuntimeOptions& options, int local_ranks) {
   backends::DeviceFacts devices;
-  devices.visible_gpus = backends::DeviceRegistry::VisibleDevices(&devices.why_none);
   devices.local_ranks = local_ranks;
+  // The GPUs matter only to the nccl executor and, once the ranks per host are known, to staging;
+  // otherwise CUDA is left alone (before MPI_Init, and in the Python front end's check).
+  if (options.engine_request.executor == "nccl" || local_ranks > 0) {
+    devices.visible_gpus = backends::DeviceRegistry::VisibleDevices(&devices.why_none);
+  }
   return backends::ChooseEngines(options.engine_request, options.engine_environment,
                                  backends::BackendRegistry::Names(), devices);
 }

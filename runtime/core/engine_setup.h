@@ -41,7 +41,8 @@ struct Engines {
 };
 
 // ChooseEngines over `options`' request and environment, this build's engines and the GPUs this
-// process sees, with `local_ranks` ranks on this host (0: not known yet). Reads, starts nothing.
+// process sees, with `local_ranks` ranks on this host (0: not known yet; the GPUs are then counted
+// only for the nccl executor). Reads, starts nothing.
 StatusOr<backends::EngineChoice> ChooseJobEngines(const RuntimeOptions& options, int local_ranks);
 
 // Settles `requested` and connects every engine; `store` may be null (see 2 above). Also sets
