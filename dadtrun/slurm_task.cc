@@ -16,7 +16,7 @@
 #include "dadtrun/slurm.h"
 #include "dadtrun/worker_env.h"
 #include "runtime/common/env.h"
-#include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/net/socket.h"
 
 namespace dadt {
 namespace dadtrun {
@@ -103,7 +103,7 @@ int RunSlurmTaskEnv() {
     std::string bind_addr = "0.0.0.0";
     auto iface = env.find(env::kIface);
     if (iface != env.end() && !iface->second.empty()) {
-      StatusOr<std::string> a = rendezvous::InterfaceAddress(iface->second);
+      StatusOr<std::string> a = net::InterfaceAddress(iface->second);
       if (!a.ok()) return Error(std::string(env::kIface) + ": " + a.status().message());
       bind_addr = *a;
     }

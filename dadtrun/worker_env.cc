@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "runtime/common/env.h"
-#include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/net/socket.h"
 
 extern char** environ;
 
@@ -199,11 +199,11 @@ StatusOr<std::string> LaunchAddress(const LaunchConfig& config,
                                     const std::vector<std::string>& remote_hosts) {
   if (remote_hosts.empty()) return std::string("127.0.0.1");
   if (config.network_interface) {
-    StatusOr<std::string> addr = rendezvous::InterfaceAddress(*config.network_interface);
+    StatusOr<std::string> addr = net::InterfaceAddress(*config.network_interface);
     if (!addr.ok()) return InvalidArgument("--network-interface: " + addr.status().message());
     return addr;
   }
-  StatusOr<std::string> addr = rendezvous::RouteSourceAddress(remote_hosts.front());
+  StatusOr<std::string> addr = net::RouteSourceAddress(remote_hosts.front());
   if (!addr.ok()) {
     return InvalidArgument("cannot choose an address for the rendezvous server (" +
                            addr.status().message() + "); pass --network-interface IFACE");
@@ -220,7 +220,7 @@ std::string MasterAddress(const LaunchConfig& config, const std::string& local_h
 
 StatusOr<std::string> GenerateSecret() {
   int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return InternalError("cannot open /dev/urandom: " + rendezvous::ErrnoText(errno));
+  if (fd < 0) return InternalError("cannot open /dev/urandom: " + net::ErrnoText(errno));
   unsigned char bytes[32];
   size_t got = 0;
   while (got < sizeof(bytes)) {
@@ -244,7 +244,7 @@ StatusOr<std::string> GenerateSecret() {
 
 StatusOr<int> FindFreePort(const std::string& addr) {
   int port = 0;
-  StatusOr<int> fd = rendezvous::ListenTcp(addr, 0, &port);
+  StatusOr<int> fd = net::ListenTcp(addr, 0, &port);
   if (!fd.ok()) return fd.status();
   ::close(*fd);
   return port;

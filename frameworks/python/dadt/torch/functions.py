@@ -10,7 +10,7 @@ import torch
 from dadt.common.basics import rank, size
 from dadt.torch.collectives import allgather
 from dadt.torch.handles import auto_name, synchronize
-from dadt.torch.mpi_ops import broadcast_, broadcast_async_
+from dadt.torch.async_collectives import broadcast_, broadcast_async_
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
            "allgather_object"]
