@@ -64,6 +64,7 @@ Status ConvertHosts(const RawFlags& raw, const std::string& local_hostname, Laun
     return InvalidArgument("-H/--hosts and --hostfile both given; use one of them");
   }
   std::string source;
+  c->hosts_given = !raw.hostfile.empty() || !raw.hosts.empty();
   if (!raw.hostfile.empty()) {
     StatusOr<std::vector<HostSlots>> hosts = ReadHostfile(raw.hostfile);
     if (!hosts.ok()) return hosts.status();

@@ -27,6 +27,7 @@ inline constexpr const char kVersion[] = "0.1.0";
 struct LaunchConfig {
   int num_proc = 0;
   std::vector<HostSlots> hosts;  // from -H or --hostfile, or {localhost: num_proc}
+  bool hosts_given = false;      // -H or --hostfile; else Slurm's allocation, when inside one
   std::vector<std::string> command;
   std::string controller = "auto";  // --gloo, --mpi; "auto": MPI when built and mpirun is found
   std::string mpi_args;             // --mpi-args, passed to mpirun as they are

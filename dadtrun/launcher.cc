@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include "dadtrun/console.h"
@@ -14,17 +15,16 @@
 #include "dadtrun/mpi_spawner.h"
 #include "dadtrun/output_mux.h"
 #include "dadtrun/rendezvous_server.h"
+#include "dadtrun/slurm.h"
+#include "dadtrun/srun_spawner.h"
 #include "dadtrun/ssh_spawner.h"
 #include "dadtrun/supervisor.h"
 #include "dadtrun/worker_env.h"
 #include "runtime/common/env.h"
-#include "runtime/common/rendezvous/socket.h"
 
 namespace dadt {
 namespace dadtrun {
 namespace {
-
-constexpr char kLoopback[] = "127.0.0.1";
 
 std::string JoinCommand(const std::vector<std::string>& command) {
   std::string s;
@@ -48,24 +48,6 @@ std::string JoinHosts(const std::vector<std::string>& hosts) {
   std::string s;
   for (const std::string& h : hosts) s += (s.empty() ? "" : ", ") + h;
   return s;
-}
-
-// Where the rendezvous server listens: loopback when every rank is here; else the chosen
-// interface's address; else the address this host uses to reach the first remote host.
-StatusOr<std::string> RendezvousAddress(const LaunchConfig& config,
-                                        const std::vector<std::string>& remote_hosts) {
-  if (remote_hosts.empty()) return std::string(kLoopback);
-  if (config.network_interface) {
-    StatusOr<std::string> addr = rendezvous::InterfaceAddress(*config.network_interface);
-    if (!addr.ok()) return InvalidArgument("--network-interface: " + addr.status().message());
-    return addr;
-  }
-  StatusOr<std::string> addr = rendezvous::RouteSourceAddress(remote_hosts.front());
-  if (!addr.ok()) {
-    return InvalidArgument("cannot choose an address for the rendezvous server (" +
-                           addr.status().message() + "); pass --network-interface IFACE");
-  }
-  return addr;
 }
 
 Status CheckForwardedEnv(const LaunchConfig& config, const EnvMap& user_env) {
@@ -116,9 +98,57 @@ SshOptions SshOptionsFor(const LaunchConfig& config) {
   return ssh;
 }
 
+// Inside a Slurm allocation with no -H/--hostfile: the allocation's hosts, ranks through srun (or
+// mpirun inside the allocation with --mpi). Sets *handled when it launched or refused.
+int LaunchInAllocation(LaunchConfig config, bool* handled) {
+  const EnvMap env = CurrentEnvironment();
+  *handled = false;
+  if (config.hosts_given || !InSlurmAllocation(env)) return 0;
+  *handled = true;
+  const std::string job = env.at("SLURM_JOB_ID");
+  StatusOr<std::optional<SlurmTask>> task = StepTask(env);
+  // In a step's task the SLURM_* variables describe the step, not the allocation, and a step of
+  // several tasks would run one dadtrun per task.
+  if (task.ok() && task->has_value()) {
+    return Refuse(InvalidArgument(
+        "dadtrun is task " + std::to_string((*task)->rank) + " of Slurm step " + (*task)->step +
+        ", which has " + std::to_string((*task)->size) + " task(s); run dadtrun in the allocation "
+        "itself (the salloc shell or the sbatch script), where it starts the ranks as one srun "
+        "step, or give the hosts with -H/--hostfile"));
+  }
+  StatusOr<std::vector<HostSlots>> hosts = AllocationHosts(env);
+  if (!hosts.ok()) return Refuse(hosts.status());
+  const int slots = TotalSlots(*hosts);
+  if (config.num_proc > slots) {
+    std::string list;
+    for (const HostSlots& h : *hosts) {
+      list += (list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots);
+    }
+    return Refuse(InvalidArgument(
+        "-np " + std::to_string(config.num_proc) + " is more than the " + std::to_string(slots) +
+        " task slots of Slurm job " + job + " (" + list + "); lower -np, or ask salloc/sbatch for "
+        "more (-N, --ntasks-per-node)"));
+  }
+  config.hosts = *hosts;
+  if (config.controller == "mpi") {
+    console::Message("--mpi in Slurm job " + job + ": mpirun inside the allocation starts the "
+                     "ranks (Open MPI starts its daemons with srun; no ssh)");
+    return LaunchWithMpirun(config);
+  }
+  if (config.verbose && config.controller == "auto") {
+    console::Message("in Slurm job " + job + ": starting the ranks with srun, Gloo controller "
+                     "(--mpi for mpirun inside the allocation)");
+  }
+  config.controller = "gloo";
+  return LaunchWithSrun(config);
+}
+
 }  // namespace
 
 int Launch(const LaunchConfig& requested) {
+  bool in_allocation = false;
+  const int allocation_code = LaunchInAllocation(requested, &in_allocation);
+  if (in_allocation) return allocation_code;
   LaunchConfig config = requested;
   config.controller = ResolveController(requested.controller);
   if (config.controller == "mpi") return LaunchWithMpirun(config);
@@ -143,7 +173,8 @@ int Launch(const LaunchConfig& requested) {
     console::Message("hosts reached: " + std::to_string(remote_hosts.size()) + "/" +
                      std::to_string(remote_hosts.size()));
   }
-  StatusOr<std::string> bind_addr = RendezvousAddress(config, remote_hosts);
+  // Where the rendezvous server listens (loopback when every rank is here).
+  StatusOr<std::string> bind_addr = LaunchAddress(config, remote_hosts);
   if (!bind_addr.ok()) return Refuse(bind_addr.status());
 
   // Before any thread exists, so every thread inherits the mask and Supervisor::Run can take the
@@ -168,9 +199,7 @@ int Launch(const LaunchConfig& requested) {
   endpoints.rendezvous_addr = *bind_addr;
   endpoints.rendezvous_port = (*server)->port();
   endpoints.secret = *secret;
-  // torchrun's MASTER_ADDR is rank 0's host.
-  const bool rank0_local = IsLocalHost(placements.front().host, local_hostname);
-  endpoints.master_addr = rank0_local ? *bind_addr : placements.front().host;
+  endpoints.master_addr = MasterAddress(config, local_hostname, *bind_addr);
   endpoints.master_port = *master_port;
 
   OutputMux::Options mux_options;

@@ -1,7 +1,11 @@
 // `dadtrun --line-relay -- PROGRAM ARGS...`: runs PROGRAM with its stdout and stderr on pipes and
 // copies them to this process's stdout and stderr one whole line per write().
 //
-// Under `dadtrun --mpi`, mpirun's --tag-output prefixes every chunk it reads from a rank. A Python
+// Under `dadtrun --mpi`, main() first sets torchrun's per-rank variables from Open MPI's
+// (TorchEnvFromMpi, worker_env.h), so PROGRAM sees RANK, LOCAL_RANK, GROUP_RANK, ... as under
+// dadtrun's other spawners.
+//
+// mpirun's --tag-output prefixes every chunk it reads from a rank. A Python
 // rank with PYTHONUNBUFFERED=1 writes `print("loss", x)` as four writes, which would come out as four
 // tagged fragments. mpirun starts each rank through this relay instead, so every line arrives whole.
 //

@@ -6,7 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/net/socket.h"
 
 namespace dadt {
 namespace dadtrun {
@@ -65,7 +65,7 @@ StatusOr<SpawnedRank> SpawnLocalRank(const SpawnRequest& request, int* exec_errn
       ::pipe2(status, O_CLOEXEC) != 0) {
     const int e = errno;
     CloseFds({out[0], out[1], err[0], err[1], status[0], status[1]});
-    return InternalError("pipe2: " + rendezvous::ErrnoText(e));
+    return InternalError("pipe2: " + net::ErrnoText(e));
   }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
@@ -73,7 +73,7 @@ StatusOr<SpawnedRank> SpawnLocalRank(const SpawnRequest& request, int* exec_errn
     const int e = errno;
     CloseFds({out[0], out[1], err[0], err[1], status[0], status[1]});
     return InternalError("fork for rank " + std::to_string(request.rank) + ": " +
-                         rendezvous::ErrnoText(e));
+                         net::ErrnoText(e));
   }
   if (pid == 0) ExecChild(request, parent, out[1], err[1], status[1], argv.data(), envp.data());
 
@@ -90,7 +90,7 @@ StatusOr<SpawnedRank> SpawnLocalRank(const SpawnRequest& request, int* exec_errn
     CloseFds({out[0], err[0]});
     *exec_errno = child_errno;
     return InvalidArgument("cannot execute '" + request.command[0] +
-                           "': " + rendezvous::ErrnoText(child_errno));
+                           "': " + net::ErrnoText(child_errno));
   }
   return SpawnedRank{request.rank, pid, out[0], err[0]};
 }

@@ -1,5 +1,6 @@
 // dadtrun: the dadt launcher. Parsing lives in cli.cc and the job in launcher.cc.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,8 @@
 #include "dadtrun/launcher.h"
 #include "dadtrun/line_relay.h"
 #include "dadtrun/mpi_spawner.h"
+#include "dadtrun/slurm_task.h"
+#include "dadtrun/worker_env.h"
 
 int main(int argc, char** argv) {
   using dadt::dadtrun::CommandLine;
@@ -16,7 +19,24 @@ int main(int argc, char** argv) {
   // How `dadtrun --mpi` has mpirun start each rank (dadtrun/line_relay.h); not a user flag.
   if (!args.empty() && args[0] == dadt::dadtrun::kLineRelayFlag) {
     const size_t skip = args.size() > 1 && args[1] == "--" ? 2 : 1;
+    // Each rank gets torchrun's per-rank variables from Open MPI's, as dadtrun's own spawners
+    // give them (dadtrun/worker_env.h).
+    dadt::StatusOr<dadt::dadtrun::EnvMap> torch_env =
+        dadt::dadtrun::TorchEnvFromMpi(dadt::dadtrun::CurrentEnvironment());
+    if (!torch_env.ok()) {
+      dadt::dadtrun::console::Message(torch_env.status().message());
+      return 2;
+    }
+    for (const auto& [name, value] : *torch_env) ::setenv(name.c_str(), value.c_str(), 1);
     return dadt::dadtrun::RunLineRelay({args.begin() + skip, args.end()});
+  }
+  // Inside the tasks of a Slurm step (dadtrun/slurm_task.h); not user flags.
+  if (!args.empty() && args[0] == dadt::dadtrun::kSlurmTaskEnvFlag) {
+    return dadt::dadtrun::RunSlurmTaskEnv();
+  }
+  if (!args.empty() && args[0] == dadt::dadtrun::kSlurmRankFlag) {
+    const size_t skip = args.size() > 1 && args[1] == "--" ? 2 : 1;
+    return dadt::dadtrun::RunSlurmRank({args.begin() + skip, args.end()});
   }
   dadt::StatusOr<CommandLine> cl =
       dadt::dadtrun::ParseCommandLine(args, dadt::dadtrun::LocalHostname());

@@ -89,18 +89,37 @@ std::string ResolveController(const std::string& requested) {
   return MpiBuilt() && !FindMpirun().empty() ? "mpi" : "gloo";
 }
 
-EnvMap MpiWorkerEnvironment(const LaunchConfig& config, const EnvMap& user_env) {
+EnvMap MpiWorkerEnvironment(const LaunchConfig& config, const EnvMap& user_env,
+                            const std::string& master_addr, int master_port) {
   JobEndpoints none;
   none.hostname = LocalHostname();
   EnvMap env = WorkerEnvironment(config, none, user_env, 0);
-  // Per-rank names and the TCP rendezvous do not apply: MPI knows each rank's place.
+  // Per-rank names and the TCP rendezvous do not apply: MPI knows each rank's place, and the
+  // relay that starts each rank sets torchrun's per-rank names from Open MPI's (TorchEnvFromMpi).
   for (const char* name : {env::kRank, env::kSize, env::kLocalRank, env::kLocalSize,
                            env::kCrossRank, env::kCrossSize, env::kHostname, env::kRendezvousAddr,
-                           env::kRendezvousPort, env::kSecret, env::kTorchRank,
-                           env::kTorchWorldSize, env::kTorchLocalRank, env::kTorchLocalWorldSize,
-                           env::kTorchMasterAddr, env::kTorchMasterPort}) {
+                           env::kRendezvousPort, env::kSecret}) {
     if (user_env.count(name) == 0) env.erase(name);
   }
+  for (const char* name : {env::kTorchRank, env::kTorchWorldSize, env::kTorchLocalRank,
+                           env::kTorchLocalWorldSize, kTorchGroupRank, kTorchGroupWorldSize,
+                           kTorchRoleRank, kTorchRoleWorldSize, env::kTorchMasterAddr,
+                           env::kTorchMasterPort}) {
+    env.erase(name);
+  }
+  if (!master_addr.empty()) {
+    env[env::kTorchMasterAddr] = master_addr;
+    env[env::kTorchMasterPort] = std::to_string(master_port);
+  }
+  std::string plan;
+  if (config.hosts.empty()) {
+    for (int r = 0; r < config.num_proc; ++r) plan += r == 0 ? "0" : ",0";
+  } else {
+    for (const RankPlacement& p : PlaceRanks(config.hosts, config.num_proc)) {
+      plan += (plan.empty() ? "" : ",") + std::to_string(p.host_index);
+    }
+  }
+  env[kMpiHostOfRank] = plan;
   env[env::kController] = "mpi";
   return env;
 }
@@ -203,7 +222,26 @@ int LaunchWithMpirun(const LaunchConfig& config) {
     console::Message("this dadtrun was built without MPI; launch with --gloo");
     return 1;
   }
-  const EnvMap env = MpiWorkerEnvironment(config, CurrentEnvironment());
+  // torchrun's MASTER_ADDR/MASTER_PORT, as dadtrun's own spawners set them: rank 0's host and a
+  // port that is free here.
+  std::vector<std::string> remote_hosts;
+  const std::string local_hostname = LocalHostname();
+  for (const HostSlots& h : UsedHosts(config.hosts, config.num_proc)) {
+    if (!IsLocalHost(h.host, local_hostname)) remote_hosts.push_back(h.host);
+  }
+  StatusOr<std::string> launch_addr = LaunchAddress(config, remote_hosts);
+  if (!launch_addr.ok()) {
+    console::Message(launch_addr.status().message());
+    return 2;
+  }
+  StatusOr<int> master_port = FindFreePort(*launch_addr);
+  if (!master_port.ok()) {
+    console::Message(master_port.status().message());
+    return 1;
+  }
+  const EnvMap env =
+      MpiWorkerEnvironment(config, CurrentEnvironment(),
+                           MasterAddress(config, local_hostname, *launch_addr), *master_port);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);

@@ -3,8 +3,12 @@
 // mpirun starts the ranks (locally, or on the -H hosts through its own ssh/rsh agent) and MPI is
 // both the controller and the data plane: each rank learns its rank, size, local and cross ranks
 // from MPI (runtime/backends/mpi), so dadtrun passes only the job-wide part of the contract:
-// DADT_CONTROLLER=mpi and the tuning knobs, forwarded with -x together with the user's
-// environment (so remote hosts see the same PATH, PYTHONPATH, virtualenv, ...).
+// DADT_CONTROLLER=mpi, the tuning knobs and torchrun's MASTER_ADDR/MASTER_PORT, forwarded with -x
+// together with the user's environment (so remote hosts see the same PATH, PYTHONPATH,
+// virtualenv, ...). Each rank starts through dadtrun's relay (line_relay.h), which sets torchrun's
+// per-rank names (RANK, LOCAL_RANK, GROUP_RANK, ...) from Open MPI's before the program runs
+// (TorchEnvFromMpi), so a plain torch.distributed script runs too. Inside a Slurm allocation,
+// mpirun starts its daemons through srun (dadtrun/srun_spawner.h says when this path is taken).
 //
 // Failures stay loud: mpirun ends every rank when one exits non-zero or dies on a signal and
 // names it; dadtrun then exits with mpirun's status and says so. dadtrun forwards SIGINT/SIGTERM/
@@ -36,8 +40,11 @@ std::string FindMpirun();
 std::string ResolveController(const std::string& requested);
 
 // The environment every rank gets under mpirun: `user_env` plus the job-wide contract (no
-// per-rank names: MPI tells each rank where it is).
-EnvMap MpiWorkerEnvironment(const LaunchConfig& config, const EnvMap& user_env);
+// per-rank names: MPI tells each rank where it is), torchrun's MASTER_ADDR/MASTER_PORT when
+// `master_addr` is given, and kMpiHostOfRank, from which the relay that starts each rank derives
+// torchrun's per-rank names (TorchEnvFromMpi).
+EnvMap MpiWorkerEnvironment(const LaunchConfig& config, const EnvMap& user_env,
+                            const std::string& master_addr = "", int master_port = 0);
 
 // Splits --mpi-args like a shell would for words and quotes ('...', "...", backslash); no
 // expansion. An unterminated quote is InvalidArgument.

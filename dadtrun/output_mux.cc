@@ -7,7 +7,7 @@
 
 #include "dadtrun/console.h"
 #include "runtime/common/logging.h"
-#include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/net/socket.h"
 
 namespace dadt {
 namespace dadtrun {
@@ -26,7 +26,7 @@ Status MakeDirs(const std::string& path) {
     if (partial.empty()) continue;
     if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
       return InvalidArgument("cannot create directory '" + partial +
-                             "': " + rendezvous::ErrnoText(errno));
+                             "': " + net::ErrnoText(errno));
     }
   }
   struct stat st {};
@@ -70,7 +70,7 @@ StatusOr<std::unique_ptr<OutputMux>> OutputMux::Create(Options options, int num_
           const int e = errno;
           close_all();
           return InvalidArgument("--output-filename: cannot open '" + path +
-                                 "': " + rendezvous::ErrnoText(e));
+                                 "': " + net::ErrnoText(e));
         }
         files.push_back(fd);
       }
@@ -78,7 +78,7 @@ StatusOr<std::unique_ptr<OutputMux>> OutputMux::Create(Options options, int num_
   }
   std::unique_ptr<OutputMux> mux(new OutputMux(std::move(options), std::move(files)));
   if (::pipe2(mux->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-    return InternalError("pipe2: " + rendezvous::ErrnoText(errno));
+    return InternalError("pipe2: " + net::ErrnoText(errno));
   }
   return mux;
 }
@@ -149,7 +149,7 @@ void OutputMux::Loop() {
     if (polled.empty()) break;  // every stream at EOF
     if (::poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
-      DADT_LOG(ERROR) << "output multiplexer: poll: " << rendezvous::ErrnoText(errno);
+      DADT_LOG(ERROR) << "output multiplexer: poll: " << net::ErrnoText(errno);
       break;
     }
     {

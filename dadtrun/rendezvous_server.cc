@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "runtime/common/logging.h"
-#include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/net/socket.h"
 
 namespace dadt {
 namespace dadtrun {
@@ -67,11 +67,11 @@ StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     const std::string& bind_addr, const std::string& secret, const RendezvousServerOptions& options) {
   if (secret.empty()) return InvalidArgument("the rendezvous server needs a non-empty secret");
   int port = 0;
-  StatusOr<int> fd = rendezvous::ListenTcp(bind_addr, 0, &port);
+  StatusOr<int> fd = net::ListenTcp(bind_addr, options.port, &port);
   if (!fd.ok()) return fd.status();
   std::unique_ptr<RendezvousServer> server(new RendezvousServer(bind_addr, port, *fd, secret, options));
   if (::pipe2(server->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-    return InternalError("pipe2: " + rendezvous::ErrnoText(errno));
+    return InternalError("pipe2: " + net::ErrnoText(errno));
   }
   server->thread_ = std::thread([s = server.get()] { s->Loop(); });
   return server;
@@ -144,7 +144,7 @@ void RendezvousServer::Loop() {
     }
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
       if (errno == EINTR) continue;
-      DADT_LOG(ERROR) << "rendezvous server: poll: " << rendezvous::ErrnoText(errno);
+      DADT_LOG(ERROR) << "rendezvous server: poll: " << net::ErrnoText(errno);
       break;
     }
     if (stop_.load()) break;
@@ -240,7 +240,7 @@ void RendezvousServer::AcceptAll() {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        DADT_LOG(WARNING) << "rendezvous server: accept: " << rendezvous::ErrnoText(errno)
+        DADT_LOG(WARNING) << "rendezvous server: accept: " << net::ErrnoText(errno)
                           << "; pausing new connections for " << Millis(kAcceptPause);
         // Out of descriptors (EMFILE): the listening socket stays readable, so retrying at once
         // would spin. Pause; time-outs and closures free descriptors meanwhile.

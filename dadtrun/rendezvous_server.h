@@ -44,6 +44,7 @@ namespace dadt {
 namespace dadtrun {
 
 struct RendezvousServerOptions {
+  int port = 0;  // 0: an ephemeral port (dadtrun); a fixed one for a Slurm step's rank 0
   size_t max_connections = 4096;
   size_t max_unauthenticated = 64;
   std::chrono::milliseconds auth_timeout{std::chrono::seconds(20)};
@@ -53,7 +54,7 @@ struct RendezvousServerOptions {
 
 class RendezvousServer {
  public:
-  // Listens on bind_addr, ephemeral port, and starts serving.
+  // Listens on bind_addr, options.port (ephemeral when 0), and starts serving.
   static StatusOr<std::unique_ptr<RendezvousServer>> Start(
       const std::string& bind_addr, const std::string& secret,
       const RendezvousServerOptions& options = RendezvousServerOptions());

@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/net/socket.h"
 
 extern char** environ;
 
@@ -115,7 +115,7 @@ Status CheckHostsReachable(const std::vector<std::string>& hosts, const SshOptio
     Probe p;
     p.host = host;
     int err[2];
-    if (::pipe2(err, O_CLOEXEC) != 0) return InternalError("pipe2: " + rendezvous::ErrnoText(errno));
+    if (::pipe2(err, O_CLOEXEC) != 0) return InternalError("pipe2: " + net::ErrnoText(errno));
     std::vector<std::string> argv_s = SshCommand(options, host);
     argv_s.push_back("true");
     std::vector<char*> argv;
@@ -136,7 +136,7 @@ Status CheckHostsReachable(const std::vector<std::string>& hosts, const SshOptio
         ::waitpid(q.pid, nullptr, 0);
         ::close(q.err_fd);
       }
-      return InvalidArgument("cannot run ssh to reach the hosts: " + rendezvous::ErrnoText(rc) +
+      return InvalidArgument("cannot run ssh to reach the hosts: " + net::ErrnoText(rc) +
                              "; install an ssh client");
     }
     p.err_fd = err[0];
@@ -245,7 +245,7 @@ StatusOr<RemoteRank> SpawnSshRank(const SpawnRequest& request, const std::string
       RemoteRankScript(RemoteEnvironment(rank_env, forced_env), cwd, request.command, host);
 
   int in[2];
-  if (::pipe2(in, O_CLOEXEC) != 0) return InternalError("pipe2: " + rendezvous::ErrnoText(errno));
+  if (::pipe2(in, O_CLOEXEC) != 0) return InternalError("pipe2: " + net::ErrnoText(errno));
   SpawnRequest ssh = request;
   ssh.command = SshCommand(options, host);
   ssh.command.push_back(RemoteWrapperCommand(request.rank));

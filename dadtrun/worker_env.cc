@@ -2,12 +2,14 @@
 
 #include <cerrno>
 #include <fcntl.h>
+#include <algorithm>
+#include <cstdlib>
 #include <iomanip>
 #include <sstream>
 #include <unistd.h>
 
 #include "runtime/common/env.h"
-#include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/net/socket.h"
 
 extern char** environ;
 
@@ -82,6 +84,18 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
   env[env::kTorchLocalWorldSize] = std::to_string(place.local_size);
   env[env::kTorchMasterAddr] = endpoints.master_addr;
   env[env::kTorchMasterPort] = std::to_string(endpoints.master_port);
+  env[kTorchGroupRank] = std::to_string(place.host_index);
+  env[kTorchGroupWorldSize] = std::to_string(
+      config.hosts.empty() ? 1 : std::max<size_t>(1, UsedHosts(config.hosts, config.num_proc).size()));
+  env[kTorchRoleRank] = rank_s;
+  env[kTorchRoleWorldSize] = size;
+  if (config.network_interface) {
+    // torch.distributed's Gloo and NCCL pick their own interface otherwise (often loopback, from
+    // the host name), which other hosts cannot reach.
+    for (const char* name : {kGlooSocketIfname, kNcclSocketIfname}) {
+      if (env.find(name) == env.end()) env[name] = *config.network_interface;
+    }
+  }
 
   if (config.fusion_threshold_bytes) {
     env[env::kFusionThreshold] = std::to_string(*config.fusion_threshold_bytes);
@@ -119,9 +133,94 @@ std::vector<std::string> ToEnvStrings(const EnvMap& env) {
   return out;
 }
 
+namespace {
+
+// An Open MPI variable as an int; `*out` is untouched and the result OK when it is not set.
+Status MpiInt(const EnvMap& env, const char* name, int* out) {
+  auto it = env.find(name);
+  if (it == env.end()) return Status::OK();
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0' || errno != 0 || v < 0 || v > (1 << 30)) {
+    return InvalidArgument(std::string(name) + " is not a non-negative integer: '" + it->second +
+                           "' (set by mpirun)");
+  }
+  *out = static_cast<int>(v);
+  return Status::OK();
+}
+
+}  // namespace
+
+StatusOr<EnvMap> TorchEnvFromMpi(const EnvMap& env) {
+  EnvMap out;
+  if (env.find("OMPI_COMM_WORLD_RANK") == env.end()) return out;
+  int rank = 0, size = 1, local_rank = 0, local_size = 1;
+  const std::pair<const char*, int*> fields[] = {{"OMPI_COMM_WORLD_RANK", &rank},
+                                                  {"OMPI_COMM_WORLD_SIZE", &size},
+                                                  {"OMPI_COMM_WORLD_LOCAL_RANK", &local_rank},
+                                                  {"OMPI_COMM_WORLD_LOCAL_SIZE", &local_size}};
+  for (const auto& [name, field] : fields) {
+    Status s = MpiInt(env, name, field);
+    if (!s.ok()) return s;
+  }
+  out[env::kTorchRank] = std::to_string(rank);
+  out[env::kTorchWorldSize] = std::to_string(size);
+  out[env::kTorchLocalRank] = std::to_string(local_rank);
+  out[env::kTorchLocalWorldSize] = std::to_string(local_size);
+  out[kTorchRoleRank] = std::to_string(rank);
+  out[kTorchRoleWorldSize] = std::to_string(size);
+  // dadtrun's plan: the host index of every rank. Use it only where mpirun followed it.
+  auto plan_it = env.find(kMpiHostOfRank);
+  if (plan_it == env.end()) return out;
+  std::vector<int> plan;
+  std::istringstream in(plan_it->second);
+  for (std::string item; std::getline(in, item, ',');) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0) return out;
+    plan.push_back(static_cast<int>(v));
+  }
+  if (static_cast<int>(plan.size()) != size || rank >= size) return out;
+  int planned_local_rank = 0, planned_local_size = 0, hosts = 0;
+  for (int r = 0; r < size; ++r) {
+    hosts = std::max(hosts, plan[r] + 1);
+    if (plan[r] != plan[rank]) continue;
+    ++planned_local_size;
+    if (r < rank) ++planned_local_rank;
+  }
+  if (planned_local_rank != local_rank || planned_local_size != local_size) return out;
+  out[kTorchGroupRank] = std::to_string(plan[rank]);
+  out[kTorchGroupWorldSize] = std::to_string(hosts);
+  return out;
+}
+
+StatusOr<std::string> LaunchAddress(const LaunchConfig& config,
+                                    const std::vector<std::string>& remote_hosts) {
+  if (remote_hosts.empty()) return std::string("127.0.0.1");
+  if (config.network_interface) {
+    StatusOr<std::string> addr = net::InterfaceAddress(*config.network_interface);
+    if (!addr.ok()) return InvalidArgument("--network-interface: " + addr.status().message());
+    return addr;
+  }
+  StatusOr<std::string> addr = net::RouteSourceAddress(remote_hosts.front());
+  if (!addr.ok()) {
+    return InvalidArgument("cannot choose an address for the rendezvous server (" +
+                           addr.status().message() + "); pass --network-interface IFACE");
+  }
+  return addr;
+}
+
+std::string MasterAddress(const LaunchConfig& config, const std::string& local_hostname,
+                          const std::string& launch_addr) {
+  if (config.hosts.empty()) return launch_addr;
+  const std::string rank0_host = PlaceRanks(config.hosts, config.num_proc).front().host;
+  return IsLocalHost(rank0_host, local_hostname) ? launch_addr : rank0_host;
+}
+
 StatusOr<std::string> GenerateSecret() {
   int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return InternalError("cannot open /dev/urandom: " + rendezvous::ErrnoText(errno));
+  if (fd < 0) return InternalError("cannot open /dev/urandom: " + net::ErrnoText(errno));
   unsigned char bytes[32];
   size_t got = 0;
   while (got < sizeof(bytes)) {
@@ -145,7 +244,7 @@ StatusOr<std::string> GenerateSecret() {
 
 StatusOr<int> FindFreePort(const std::string& addr) {
   int port = 0;
-  StatusOr<int> fd = rendezvous::ListenTcp(addr, 0, &port);
+  StatusOr<int> fd = net::ListenTcp(addr, 0, &port);
   if (!fd.ok()) return fd.status();
   ::close(*fd);
   return port;

@@ -19,6 +19,21 @@ namespace dadtrun {
 
 using EnvMap = std::map<std::string, std::string>;
 
+// torchrun's names beside RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
+// MASTER_PORT (runtime/common/env.h): the index of the rank's host among the job's hosts and their
+// number (torchrun's node rank and node count), and the rank within the one role dadtrun runs.
+inline constexpr char kTorchGroupRank[] = "GROUP_RANK";
+inline constexpr char kTorchGroupWorldSize[] = "GROUP_WORLD_SIZE";
+inline constexpr char kTorchRoleRank[] = "ROLE_RANK";
+inline constexpr char kTorchRoleWorldSize[] = "ROLE_WORLD_SIZE";
+// The socket interface of the frameworks' own process groups (torch.distributed's Gloo, NCCL's
+// bootstrap); --network-interface sets both unless the user did.
+inline constexpr char kGlooSocketIfname[] = "GLOO_SOCKET_IFNAME";
+inline constexpr char kNcclSocketIfname[] = "NCCL_SOCKET_IFNAME";
+// Under `dadtrun --mpi`: the host index of every rank as dadtrun placed them ("0,0,1,1"), read by
+// the relay that starts each rank (TorchEnvFromMpi).
+inline constexpr char kMpiHostOfRank[] = "DADT_MPI_HOST_OF_RANK";
+
 // Where the ranks of one job meet; the same for every rank.
 struct JobEndpoints {
   std::string hostname;         // DADT_HOSTNAME
@@ -32,7 +47,11 @@ struct JobEndpoints {
 EnvMap CurrentEnvironment();
 
 // `user_env` plus the contract for `rank`, placed on config.hosts by PlaceRanks (local and cross
-// ranks follow the host assignment), plus -x NAME=VALUE settings.
+// ranks follow the host assignment), plus -x NAME=VALUE settings. torchrun's variables (RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK,
+// ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are set as torchrun sets them, so a plain
+// torch.distributed script runs unchanged. With --network-interface, GLOO_SOCKET_IFNAME and
+// NCCL_SOCKET_IFNAME name it too, unless the user's environment (or -x) sets them.
 // Optional tuning flags that were not given leave `user_env`'s value untouched. OMP_NUM_THREADS=1 is
 // added when several ranks share the host and the user has not set it; PYTHONUNBUFFERED=1 unless set.
 //
@@ -52,6 +71,25 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
 bool UserTunesMalloc(const EnvMap& env);
 
 std::vector<std::string> ToEnvStrings(const EnvMap& env);
+
+// Under `dadtrun --mpi`, mpirun starts each rank through dadtrun's relay (line_relay.h), which
+// calls this with its own environment before starting the rank: torchrun's per-rank variables
+// from Open MPI's (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE), and GROUP_RANK /
+// GROUP_WORLD_SIZE from kMpiHostOfRank when mpirun placed the rank where dadtrun planned (same
+// local rank and local size; --mpi-args may map ranks otherwise, and then GROUP_* are left out
+// rather than set wrong). Empty when OMPI_COMM_WORLD_RANK is not set (not under mpirun); an error
+// naming the variable when Open MPI's values are not integers.
+StatusOr<EnvMap> TorchEnvFromMpi(const EnvMap& env);
+
+// The address this host uses for the job: loopback when every rank is here; else the address of
+// --network-interface; else the one this host uses to reach the first of `remote_hosts`.
+StatusOr<std::string> LaunchAddress(const LaunchConfig& config,
+                                    const std::vector<std::string>& remote_hosts);
+
+// torchrun's MASTER_ADDR for a launch from this host: `launch_addr` when rank 0 runs here, else
+// rank 0's host as the host list names it.
+std::string MasterAddress(const LaunchConfig& config, const std::string& local_hostname,
+                          const std::string& launch_addr);
 
 // 32 random bytes from /dev/urandom as 64 lowercase hex digits.
 StatusOr<std::string> GenerateSecret();

@@ -2,7 +2,6 @@
 // process-wide state of the library) and converts DLPack views to the core's requests.
 #include "runtime/c_api.h"
 
-#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -12,7 +11,9 @@
 
 #include "runtime/backends/backend.h"
 #include "runtime/backends/device.h"
+#include "runtime/backends/engine_choice.h"
 #include "runtime/common/env.h"
+#include "runtime/core/engine_setup.h"
 #include "runtime/core/op_layout.h"
 #include "runtime/core/runtime.h"
 
@@ -156,17 +157,12 @@ int dadt_init(const dadt_init_options* options) {
     if (options->fusion_threshold_bytes >= 0) opts->fusion_threshold_bytes = options->fusion_threshold_bytes;
     if (options->cycle_time_ms >= 0) opts->cycle_time_ms = options->cycle_time_ms;
     if (options->cache_capacity >= 0) opts->cache_capacity = options->cache_capacity;
-    if (options->backend && *options->backend) {
-      opts->backend = options->backend;
-      // An explicit host executor stages GPU tensors through it; "nccl" sets the GPU engine.
-      if (opts->backend != "nccl") opts->device_backend.clear();
-    }
+    if (options->backend) opts->engine_request.executor = options->backend;
     const bool has_comm = options->struct_size >= offsetof(dadt_init_options, mpi_comm) +
                                                        sizeof(options->mpi_comm);
     if (has_comm && options->mpi_comm != 0) {
-      opts->controller = "mpi";
+      opts->engine_request.mpi_comm = true;
       opts->native_comm = options->mpi_comm;
-      if (!(options->backend && *options->backend)) opts->backend = "mpi";
     }
   }
   opts->incarnation = g_incarnations++;
@@ -219,7 +215,7 @@ int dadt_cross_size(void) {
 }
 const char* dadt_backend_name(void) {
   auto rt = GetRunning();
-  return rt ? rt->options().backend.c_str() : nullptr;
+  return rt ? rt->options().engines.host_data_plane.c_str() : nullptr;
 }
 
 int dadt_mpi_threads_supported(void) {
@@ -238,7 +234,24 @@ const char* dadt_built_backends(void) {
 
 const char* dadt_device_backend(void) {
   auto rt = GetRunning();
-  return rt && !rt->options().device_backend.empty() ? rt->options().device_backend.c_str() : nullptr;
+  if (!rt || rt->options().engines.device_data_plane.empty()) return nullptr;
+  return rt->options().engines.device_data_plane.c_str();
+}
+
+int dadt_choose_engines(const char* executor, int with_mpi_comm, const char** control_plane,
+                        const char** host_data_plane, const char** device_data_plane) {
+  auto opts = dadt::core::RuntimeOptions::FromEnv();
+  if (!opts.ok()) return Fail(opts.status());
+  opts->engine_request.executor = executor ? executor : "";
+  opts->engine_request.mpi_comm = with_mpi_comm != 0;
+  auto choice = dadt::core::ChooseJobEngines(*opts, /*local_ranks=*/0);
+  if (!choice.ok()) return Fail(choice.status());
+  thread_local dadt::backends::EngineChoice t_choice;
+  t_choice = *choice;
+  *control_plane = dadt::backends::ControlPlaneName(t_choice.control_plane);
+  *host_data_plane = t_choice.host_data_plane.c_str();
+  *device_data_plane = t_choice.device_data_plane.c_str();
+  return DADT_OK;
 }
 
 int dadt_cuda_available(void) {
@@ -367,27 +380,12 @@ int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTe
     if (!s.ok()) return (Fail(s), -1);
     auto dtype = ToDataType(output->dtype, r.name);
     if (!dtype.ok()) return (Fail(dtype.status()), -1);
-    const int32_t out_device = output->device.device_type == kDLCUDA ? output->device.device_id : dadt::kCpuDevice;
-    if (input && out_device != (r.device >= 0 ? r.device : dadt::kCpuDevice)) {
-      return (Fail(dadt::InvalidArgument("output of '" + r.name + "' must be on the input's device")), -1);
-    }
-    const dadt::Shape out_shape(output->shape, output->shape + output->ndim);
-    if (r.op == dadt::OpType::kAllgather || r.op == dadt::OpType::kReducescatter) {
-      // The result's first dimension is negotiated; the executor checks it against out_shape.
-      if (out_device != dadt::kCpuDevice) {
-        return (Fail(dadt::InvalidArgument("output of '" + r.name + "': a preallocated " +
-                                           dadt::OpTypeName(r.op) + " output must be in host memory")), -1);
-      }
-      if (input && (*dtype != r.dtype || out_shape.size() != std::max<size_t>(r.shape.size(), 1) ||
-                    !std::equal(out_shape.begin() + 1, out_shape.end(),
-                                r.shape.begin() + std::min<size_t>(r.shape.size(), 1)))) {
-        return (Fail(dadt::InvalidArgument("output of '" + r.name + "' must have the input's dtype "
-                                           "and all dimensions but the first")), -1);
-      }
-      e.output_bytes = dadt::NumElements(out_shape) * static_cast<int64_t>(dadt::DataTypeSize(*dtype));
-    } else if (input && (*dtype != r.dtype || out_shape != r.shape)) {
-      return (Fail(dadt::InvalidArgument("output of '" + r.name + "' must match the input's dtype and shape")), -1);
-    }
+    // Checked against the input by the runtime (runtime/core/entry_checks.h).
+    e.output_view.given = true;
+    e.output_view.against_input = input != nullptr;
+    e.output_view.dtype = *dtype;
+    e.output_view.shape.assign(output->shape, output->shape + output->ndim);
+    e.output_view.device = output->device.device_type == kDLCUDA ? output->device.device_id : dadt::kCpuDevice;
     e.output = static_cast<char*>(output->data) + output->byte_offset;
   }
   auto h = rt->Enqueue(std::move(e));

@@ -134,6 +134,15 @@ int dadt_nccl_version(void);
 /* 1 when this build has CUDA support and a CUDA device is visible; 0 otherwise, with the reason
  * in dadt_last_error(). */
 int dadt_cuda_available(void);
+/* What dadt_init would run, checked without starting anything: the engines for `executor` (as
+ * dadt_init_options.backend; NULL: the environment's choice) and, when with_mpi_comm is 1, an MPI
+ * communicator, chosen from the environment, the build and the visible GPUs exactly as dadt_init
+ * chooses them (runtime/backends/engine_choice.h). Sets *control_plane ("tcp" or "mpi"),
+ * *host_data_plane and *device_data_plane ("" when GPU tensors would be staged through host
+ * memory), each valid until this thread's next call; DADT_OK, or an error naming what cannot run
+ * (an unknown executor, one this build or machine lacks, MPI under a TCP launch). */
+int dadt_choose_engines(const char* executor, int with_mpi_comm, const char** control_plane,
+                        const char** host_data_plane, const char** device_data_plane);
 /* fp16 compression of GPU tensors: casts `in` (float32 <-> float16) into `out` (same shape, same
  * GPU) with the runtime's kernel on the framework's `stream`; DADT_OK or an error code. */
 int dadt_cuda_cast(const DLTensor* in, const DLTensor* out, uintptr_t stream);

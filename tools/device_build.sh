@@ -16,7 +16,7 @@
 #         one binary per GPU gtest (.device/out/cuda_device_test, .device/out/nccl_error_test);
 #       - links _core.so into frameworks/python/dadt/ so that the tree itself is importable.
 #   Then:  export PYTHONPATH=$PWD/frameworks/python PATH=$PWD/.device/out:$PATH
-#          dadtrun --gloo -np 1 python -m pytest -q test/python/test_gpu.py
+#          dadtrun --gloo -np 1 python -m pytest -q test/python_multirank/test_gpu.py
 #
 # The device build leaves MPI out (the MPI backend and Open MPI's many libraries): GPU tensors go
 # to NCCL, or are staged through Gloo. .device/ is git-ignored; hand it to the device with the

@@ -7,7 +7,7 @@
 # Builds with tools/device_build.sh, then runs, each step logged to $LOGS/<step>.log (LOGS defaults
 # to .device/logs) with its verdict on stdout:
 #   gtest        the C++ GPU tests (cuda_device_test, nccl_error_test);
-#   python       test/python/test_gpu.py under dadtrun --gloo at 1..RANKS ranks (default 4): NCCL at
+#   python       test/python_multirank/test_gpu.py under dadtrun --gloo at 1..RANKS ranks (default 4): NCCL at
 #                one rank per GPU, the staged path through host memory beyond that;
 #   integration  test/integration/test_gpu.py (launches its own jobs);
 #   bench        examples/benchmarks/gpu_bench.py;
@@ -41,7 +41,7 @@ export PYTHONPATH="$ROOT/frameworks/python${PYTHONPATH:+:$PYTHONPATH}" PATH="$RO
 export PYTHONUNBUFFERED=1
 for t in cuda_device_test nccl_error_test; do step gtest 300 ".device/out/$t"; done
 for n in $(seq 1 "$RANKS"); do
-    step python 300 dadtrun --gloo -np "$n" "$PY" -m pytest -q -p no:cacheprovider -rs test/python/test_gpu.py
+    step python 300 dadtrun --gloo -np "$n" "$PY" -m pytest -q -p no:cacheprovider -rs test/python_multirank/test_gpu.py
 done
 step integration 600 "$PY" -m pytest -q -p no:cacheprovider -rs test/integration/test_gpu.py
 step bench 600 "$PY" examples/benchmarks/gpu_bench.py ${BENCH_ARGS:-}

@@ -16,6 +16,7 @@ APT_PACKAGES=(
     libyaml-cpp-dev
     libopenmpi-dev openmpi-bin
     openssh-client openssh-server iproute2 procps
+    slurmctld slurmd slurm-client munge   # the Slurm tests (tools/slurm_cluster.sh); apt starts no daemon here
     clang libclang-rt-14-dev   # the fuzz target (tools/run_fuzz.sh): Debian 12's clang 14 and its libFuzzer
 )
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Tier 2: the Python suite (test/python) under the real launcher, against the *installed* dadt.
+# Tier 2: the Python suite (test/python_multirank) under the real launcher, against the *installed* dadt.
 #
 #   tools/run_python_tests.sh            # -np 1, 2, 3, 4, then -np 2 with fusion off, then MPI
 #   tools/run_python_tests.sh 2 4        # only these rank counts (plus the fusion-off run and MPI)
 #
-# Each launch is:  timeout ... dadtrun --gloo -np N python3 -m pytest -q -p no:cacheprovider test/python
+# Each launch is:  timeout ... dadtrun --gloo -np N python3 -m pytest -q -p no:cacheprovider test/python_multirank
 # then, for N in DADT_TEST_MPI_RANKS (default: the requested counts >= 2), the same suite
 #   under  dadtrun --mpi -np N ...                          (dadtrun hands the launch to mpirun)
 #   and    mpirun [--allow-run-as-root] --oversubscribe -np N ...   (no dadtrun at all)
@@ -16,7 +16,7 @@
 #   DADT_TEST_MPI_RANKS    rank counts for the two MPI ways ("" skips them; default: counts >= 2)
 #   MPIRUN                 Open MPI's launcher (default: mpirun on PATH)
 #   PYTEST_ADDOPTS         extra pytest options, passed through to every rank
-# Exits 0 when every launch passed (or the tier is skipped because test/python has no tests yet).
+# Exits 0 when every launch passed (or the tier is skipped because test/python_multirank has no tests yet).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,7 +25,7 @@ PYTHON="${PYTHON:-python3}"
 TIER="tier 2"
 # shellcheck source=tools/launch_tier_lib.sh
 source "$ROOT/tools/launch_tier_lib.sh"
-TEST_DIR="test/python"
+TEST_DIR="test/python_multirank"
 RANKS=("$@")
 [ "${#RANKS[@]}" -gt 0 ] || RANKS=(1 2 3 4)
 

@@ -368,6 +368,14 @@ PYBIND11_MODULE(_core, m) {
     const bool ok = dadt_cuda_available() == 1;
     return py::make_tuple(ok, ok ? std::string() : std::string(dadt_last_error()));
   }, "(True, '') when this build has CUDA and sees a device; else (False, why).");
+  m.def("choose_engines", [](std::optional<std::string> executor, bool mpi_comm) {
+    const char *control = nullptr, *host = nullptr, *device = nullptr;
+    CheckStatus(dadt_choose_engines(executor ? executor->c_str() : nullptr, mpi_comm ? 1 : 0,
+                                    &control, &host, &device));
+    return py::make_tuple(std::string(control), std::string(host), std::string(device));
+  }, py::arg("executor") = py::none(), py::arg("mpi_comm") = false,
+        "(control plane, host data plane, device data plane or '') that init(executor, comm) "
+        "would run here, chosen as init chooses them; raises CoreError naming what cannot run.");
   m.def("poll", &Poll, py::arg("handle"), "True when the handle has completed.");
   m.def("wait", &Wait, py::arg("handle"),
         "Blocks (GIL released) until the handle completes; raises CoreError on failure.");

@@ -7,7 +7,7 @@
 //      and sends one ordered response list to every worker;
 //   3. every rank executes the list in order on the data plane.
 //
-// Two transports exist: the core's TCP star (ControlChannel, used with dadtrun's rendezvous) and
+// Two transports exist: the core's TCP star (TcpControlTransport, used with dadtrun's rendezvous) and
 // MPI point-to-point messages on a private communicator (runtime/backends/mpi, used under mpirun).
 // Engines register theirs in ControlTransportRegistry, so the core never includes an engine.
 //

@@ -20,8 +20,8 @@
 
 #include "autotune/parameter_manager.h"
 #include "runtime/common/status.h"
-#include "runtime/core/coordinator.h"
-#include "runtime/core/message.h"
+#include "runtime/core/negotiation/coordinator.h"
+#include "runtime/core/negotiation/message.h"
 
 namespace dadt {
 namespace core {

@@ -25,7 +25,7 @@
 #include "runtime/backends/backend.h"
 #include "runtime/backends/device.h"
 #include "runtime/core/handle_table.h"
-#include "runtime/core/message.h"
+#include "runtime/core/negotiation/message.h"
 #include "runtime/core/tensor_queue.h"
 
 namespace dadt {

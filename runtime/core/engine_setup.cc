@@ -15,8 +15,8 @@
 #include "runtime/common/rendezvous/client.h"
 #include "runtime/common/rendezvous/in_memory_store.h"
 #include "runtime/common/rendezvous/scoped_store.h"
-#include "runtime/common/rendezvous/socket.h"
-#include "runtime/core/control_channel.h"
+#include "runtime/common/net/socket.h"
+#include "runtime/backends/tcp/tcp_control_transport.h"
 
 namespace dadt {
 namespace core {
@@ -25,7 +25,7 @@ namespace {
 // The IPv4 address the coordinator listens on: the chosen interface's, loopback when every rank
 // is on this host, else the address the hostname resolves to.
 StatusOr<std::string> BindAddress(const RuntimeOptions& o) {
-  if (!o.iface.empty()) return rendezvous::InterfaceAddress(o.iface);
+  if (!o.iface.empty()) return net::InterfaceAddress(o.iface);
   if (o.local_size == o.size) return std::string("127.0.0.1");
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -41,21 +41,21 @@ StatusOr<std::string> BindAddress(const RuntimeOptions& o) {
   return std::string(buf);
 }
 
-// The transport for options.controller; for MPI it also fills in the geometry it finds.
+// The transport of options.engines.control_plane; MPI's also fills in the geometry it finds.
 StatusOr<std::unique_ptr<backends::ControlTransport>> CreateTransport(RuntimeOptions* options,
                                                                       KeyValueStore* store) {
-  if (options->controller == "gloo") {
+  if (options->engines.control_plane == backends::ControlPlane::kTcpStar) {
     auto bind = BindAddress(*options);
     if (!bind.ok()) return bind.status();
-    auto channel = ControlChannel::Create(options->rank, options->size, store, *bind,
-                                          options->secret, options->start_timeout);
+    auto channel = backends::tcp::TcpControlTransport::Create(
+        options->rank, options->size, store, *bind, options->secret, options->start_timeout);
     if (!channel.ok()) return channel.status();
     return std::unique_ptr<backends::ControlTransport>(std::move(*channel));
   }
   backends::ControlTransportOptions to;
   to.native_comm = options->native_comm;
   to.timeout = options->start_timeout;
-  auto transport = backends::ControlTransportRegistry::Create(options->controller, to);
+  auto transport = backends::ControlTransportRegistry::Create(backends::kMpiControlTransport, to);
   if (!transport.ok()) return transport.status();
   static_cast<JobGeometry&>(*options) = (*transport)->geometry();
   // Hosts as the environment describes them take precedence over MPI's shared-memory view (a
@@ -72,45 +72,6 @@ StatusOr<std::unique_ptr<backends::ControlTransport>> CreateTransport(RuntimeOpt
     }
   }
   return transport;
-}
-
-// Step 1's first half, before any connection: which engines the requested executor means.
-// Sets *nccl_requested when the executor was "nccl".
-Status SettleEngines(RuntimeOptions* options, bool* nccl_requested) {
-  *nccl_requested = options->backend == "nccl";
-  if (*nccl_requested) {
-    // NCCL carries the GPU tensors; host tensors and negotiation stay on the controller.
-    std::string why;
-    if (backends::DeviceRegistry::VisibleDevices(&why) == 0) {
-      return PreconditionFailed("the nccl executor needs a GPU: " + why);
-    }
-    options->device_backend = "nccl";
-    options->backend = options->controller;
-  }
-  if (options->backend == "mpi" && options->controller == "gloo" && options->size == 1 &&
-      !env::IsSet(env::kRendezvousAddr)) {
-    options->controller = "mpi";  // a lone process asking for MPI: an MPI singleton
-  }
-  if (options->backend == "mpi" && options->controller != "mpi") {
-    return PreconditionFailed("the mpi executor needs MPI as the controller: launch the job with "
-                              "`dadtrun --mpi` or `mpirun` (this one was started by dadtrun --gloo)");
-  }
-  return Status::OK();
-}
-
-// Step 1's second half, once the geometry is known: NCCL needs one GPU per rank; with fewer GPUs
-// than ranks on this host (or none) GPU tensors are staged through host memory and the job's
-// executor instead (docs/backends.md).
-void StageGpuTensorsIfShort(RuntimeOptions* options) {
-  std::string why;
-  const int gpus = backends::DeviceRegistry::VisibleDevices(&why);
-  if (gpus < options->local_size) {
-    if (gpus > 0) {
-      DADT_LOG(INFO) << gpus << " GPU(s) for " << options->local_size
-                     << " ranks on this host: GPU tensors are staged through host memory";
-    }
-    options->device_backend.clear();
-  }
 }
 
 // Step 2, when no store was given and none was made for an MPI job.
@@ -136,35 +97,52 @@ backends::BackendOptions DataPlaneOptions(const RuntimeOptions& options, KeyValu
   bo.segment_bytes = options.segment_bytes;
   bo.realtime_threads = options.UsesRealtimeThreads();
   bo.store = store;
-  bo.store_prefix = options.backend + "/";
+  bo.store_prefix = options.engines.host_data_plane + "/";
   bo.native_comm = options.native_comm;
   return bo;
 }
 
 }  // namespace
 
+StatusOr<backends::EngineChoice> ChooseJobEngines(const RuntimeOptions& options, int local_ranks) {
+  backends::DeviceFacts devices;
+  devices.local_ranks = local_ranks;
+  // The GPUs matter only to the nccl executor and, once the ranks per host are known, to staging;
+  // otherwise CUDA is left alone (before MPI_Init, and in the Python front end's check).
+  if (options.engine_request.executor == "nccl" || local_ranks > 0) {
+    devices.visible_gpus = backends::DeviceRegistry::VisibleDevices(&devices.why_none);
+  }
+  return backends::ChooseEngines(options.engine_request, options.engine_environment,
+                                 backends::BackendRegistry::Names(), devices);
+}
+
 StatusOr<Engines> ConnectEngines(const RuntimeOptions& requested,
                                  std::unique_ptr<KeyValueStore> store) {
   Engines e;
   e.options = requested;
   RuntimeOptions& options = e.options;
-  bool nccl_requested = false;
-  DADT_RETURN_IF_ERROR(SettleEngines(&options, &nccl_requested));
-  // An MPI controller learns the geometry from MPI first; the TCP star needs the store first.
-  if (options.controller != "gloo") {
+  // Step 1 before connecting: the ranks per host are known only from the environment, and only
+  // for the TCP star (an MPI control plane finds them when it connects).
+  DADT_ASSIGN_OR_RETURN(options.engines, ChooseJobEngines(options, /*local_ranks=*/0));
+  const std::string host = options.engines.host_data_plane;
+  if (options.engines.control_plane == backends::ControlPlane::kMpi) {
     auto created = CreateTransport(&options, nullptr);
     if (!created.ok()) return created.status();
     e.transport = std::move(*created);
     if (!store && !env::IsSet(env::kRendezvousAddr)) {
-      if (options.backend != "mpi" && options.size > 1) {
-        return PreconditionFailed("the " + options.backend + " executor needs dadtrun's "
-                                  "rendezvous, which plain mpirun does not provide: launch with "
-                                  "`dadtrun --" + options.backend + "`, or use the mpi executor");
+      if (host != "mpi" && options.size > 1) {
+        return PreconditionFailed("the " + host + " executor needs dadtrun's rendezvous, which "
+                                  "plain mpirun does not provide: launch with `dadtrun --" + host +
+                                  "`, or use the mpi executor");
       }
       store = std::make_unique<rendezvous::InMemoryStore>();
     }
   }
-  if (options.device_backend == "nccl" && !nccl_requested) StageGpuTensorsIfShort(&options);
+  // Step 1 again, with the geometry: fewer GPUs than ranks on this host stage GPU tensors.
+  DADT_ASSIGN_OR_RETURN(options.engines, ChooseJobEngines(options, options.local_size));
+  if (!options.engines.staged_because.empty()) {
+    DADT_LOG(INFO) << options.engines.staged_because;
+  }
   SetLogRank(options.rank);
   if (!store) {
     auto from_env = StoreFromEnvironment(options);
@@ -175,7 +153,7 @@ StatusOr<Engines> ConnectEngines(const RuntimeOptions& requested,
   e.scoped_store = std::make_unique<rendezvous::ScopedStore>(
       e.store.get(), rendezvous::IncarnationScope(options.incarnation));
   e.backend_options = DataPlaneOptions(options, e.scoped_store.get());
-  auto backend = backends::CreateDataPlane(options.backend, e.backend_options,
+  auto backend = backends::CreateDataPlane(host, e.backend_options,
                                            options.hierarchical_allreduce);
   if (!backend.ok()) return backend.status();
   e.backend = std::move(*backend);

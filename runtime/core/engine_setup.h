@@ -1,19 +1,20 @@
 // Engine setup: settles which engines a rank runs and connects them, before its Runtime starts.
 //
-// Three decisions and their order live here, apart from the loop that uses the result:
-//  1. Policy: the nccl executor puts GPU tensors on NCCL and host tensors on the controller's
-//     engine; a lone process asking for MPI becomes an MPI singleton; the mpi executor needs the
-//     MPI controller; with fewer GPUs than ranks on the host, GPU tensors are staged through host
-//     memory instead of NCCL.
+// Three steps and their order live here, apart from the loop that uses the result:
+//  1. The engines: backends::ChooseEngines (runtime/backends/engine_choice.h) decides them from
+//     the request, the environment, the build and the GPUs; here it is called with the facts of
+//     this process, before connecting and again once the geometry is known (an MPI control plane
+//     learns the ranks per host only when it connects).
 //  2. The rendezvous store: the one given, dadtrun's (DADT_RENDEZVOUS_ADDR), or an in-memory one
 //     for a single process (or under plain mpirun with the mpi executor). The engines see it
 //     through the incarnation's scope (options.incarnation, rendezvous/scoped_store.h), so that
 //     nothing an earlier init() of this process published is read by this one.
-//  3. Connections, in the same order on every rank: an MPI controller first (it learns the
+//  3. Connections, in the same order on every rank: an MPI control plane first (it learns the
 //     geometry from MPI), then the data-plane backend (runtime/backends/engine_builder.h), then
-//     the TCP star of the Gloo controller (ControlChannel).
-// Runs on the thread that calls Runtime::Start. Core code: it names engines only by their
-// registry names, never includes one.
+//     the TCP star (TcpControlTransport).
+// Runs on the thread that calls Runtime::Start. Core code: it names the engines with external
+// libraries (Gloo, MPI, NCCL) only by their registry names and never includes one; the TCP star
+// is dadt's own (runtime/backends/tcp) and is created directly.
 //
 //   auto engines = ConnectEngines(options, /*store=*/nullptr);
 //   if (!engines.ok()) return engines.status();
@@ -32,7 +33,7 @@ namespace dadt {
 namespace core {
 
 struct Engines {
-  // As settled: the engines chosen, and the geometry an MPI controller found.
+  // As settled: the engines chosen (options.engines), and the geometry an MPI control plane found.
   RuntimeOptions options;
   std::unique_ptr<KeyValueStore> store;  // the job's: keys about the whole job ("cause/<rank>")
   // `store` seen under IncarnationScope(options.incarnation): what the engines connect through.
@@ -42,6 +43,11 @@ struct Engines {
   // What the data plane was created with; the GPU engine is created over the same (lazily).
   backends::BackendOptions backend_options;
 };
+
+// ChooseEngines over `options`' request and environment, this build's engines and the GPUs this
+// process sees, with `local_ranks` ranks on this host (0: not known yet; the GPUs are then counted
+// only for the nccl executor). Reads, starts nothing.
+StatusOr<backends::EngineChoice> ChooseJobEngines(const RuntimeOptions& options, int local_ranks);
 
 // Settles `requested` and connects every engine; `store` may be null (see 2 above). Also sets
 // the log prefix's rank once the rank is known.

@@ -1,6 +1,9 @@
 #include "runtime/core/entry_checks.h"
 
+#include <algorithm>
 #include <string>
+
+#include "runtime/backends/device.h"
 
 #include "runtime/core/executor.h"
 #include "runtime/core/op_layout.h"
@@ -8,7 +11,7 @@
 namespace dadt {
 namespace core {
 
-Status PrepareEntry(TensorEntry* entry, int rank, int size) {
+Status PrepareEntry(TensorEntry* entry, int rank, int size, const std::string& device_data_plane) {
   entry->request.rank = rank;
   if (entry->request.op == OpType::kJoin) entry->request.name = kJoinName;
   if (entry->request.op == OpType::kAlltoall && entry->request.splits.empty() &&
@@ -21,7 +24,46 @@ Status PrepareEntry(TensorEntry* entry, int rank, int size) {
     }
     entry->request.splits.assign(size, d0 / size);
   }
-  return ValidateEntry(*entry, rank, size);
+  DADT_RETURN_IF_ERROR(CheckOutputView(entry));
+  DADT_RETURN_IF_ERROR(ValidateEntry(*entry, rank, size));
+  return CheckDeviceReduction(*entry, device_data_plane);
+}
+
+Status CheckOutputView(TensorEntry* entry) {
+  const TensorEntry::OutputView& out = entry->output_view;
+  if (!out.given) return Status::OK();
+  const Request& r = entry->request;
+  const std::string of = "output of '" + r.name + "'";
+  if (out.against_input && out.device != (r.device >= 0 ? r.device : kCpuDevice)) {
+    return InvalidArgument(of + " must be on the input's device");
+  }
+  if (r.op == OpType::kAllgather || r.op == OpType::kReducescatter) {
+    if (out.device != kCpuDevice) {
+      return InvalidArgument(of + ": a preallocated " + OpTypeName(r.op) +
+                             " output must be in host memory");
+    }
+    if (out.against_input &&
+        (out.dtype != r.dtype || out.shape.size() != std::max<size_t>(r.shape.size(), 1) ||
+         !std::equal(out.shape.begin() + 1, out.shape.end(),
+                     r.shape.begin() + std::min<size_t>(r.shape.size(), 1)))) {
+      return InvalidArgument(of + " must have the input's dtype and all dimensions but the first");
+    }
+    entry->output_bytes = NumElements(out.shape) * static_cast<int64_t>(DataTypeSize(out.dtype));
+  } else if (out.against_input && (out.dtype != r.dtype || out.shape != r.shape)) {
+    return InvalidArgument(of + " must match the input's dtype and shape");
+  }
+  return Status::OK();
+}
+
+Status CheckDeviceReduction(const TensorEntry& entry, const std::string& device_data_plane) {
+  const Request& r = entry.request;
+  if (r.device < 0 || device_data_plane != "nccl" ||
+      (r.op != OpType::kAllreduce && r.op != OpType::kReducescatter)) {
+    return Status::OK();
+  }
+  Status s = backends::DeviceRegistry::NcclReduces(r.dtype, r.reduce_op);
+  if (!s.ok()) return InvalidArgument("tensor '" + r.name + "': " + s.message());
+  return Status::OK();
 }
 
 Status ValidateEntry(const TensorEntry& e, int rank, int size) {

@@ -70,9 +70,14 @@ uint8_t* Executor::FusionBuffer(int64_t bytes) {
   return fusion_.get();
 }
 
+void Executor::Complete(TensorQueue* queue, HandleTable* handles, const std::string& name,
+                        int64_t handle, HandleResult result) {
+  queue->Finish(name);
+  handles->Complete(handle, std::move(result));
+}
+
 void Executor::Finish(TensorEntry& entry, HandleResult result) {
-  queue_->Finish(entry.request.name);
-  handles_->Complete(entry.handle, std::move(result));
+  Complete(queue_, handles_, entry.request.name, entry.handle, std::move(result));
 }
 
 Status Executor::Execute(const Response& r, EntryMap& entries) {
@@ -142,8 +147,7 @@ Status Executor::DeviceFor(int device, const std::string& name) {
   auto created = DeviceExecutor::Create(
       device_engine_, device, device_options_,
       [queue = queue_, handles = handles_](const std::string& n, int64_t handle, HandleResult res) {
-        queue->Finish(n);
-        handles->Complete(handle, std::move(res));
+        Complete(queue, handles, n, handle, std::move(res));
       });
   if (!created.ok()) return created.status();
   device_ = std::move(*created);
@@ -196,27 +200,35 @@ Status Executor::ExecuteOne(const Response& r, EntryMap& entries) {
   for (const std::string& name : r.names) {
     auto it = entries.find(name);
     if (it == entries.end()) continue;  // a joined rank is not part of this one
-    TensorEntry& e = it->second;
-    Status s;
-    switch (r.type) {
-      case Response::Type::kError: s = MismatchError(r.error); break;
-      case Response::Type::kAllgather: s = Allgather(r, e); break;
-      case Response::Type::kBroadcast: s = Broadcast(r, e); break;
-      case Response::Type::kAlltoall: s = Alltoall(r, e); break;
-      case Response::Type::kReducescatter: s = Reducescatter(r, e); break;
-      case Response::Type::kBarrier: break;
-      default: s = InternalError("unexpected response type"); break;
+    StatusOr<HandleResult> done = RunEntry(r, it->second);
+    const Status broken = done.status();
+    HandleResult result;
+    if (broken.ok()) {
+      result = std::move(*done);
+    } else {
+      result.status = broken;
     }
-    // Successful allocating ops completed the handle themselves (with their output).
-    if (!s.ok() || r.type == Response::Type::kBarrier || r.type == Response::Type::kBroadcast) {
-      HandleResult res;
-      res.status = s;
-      Finish(e, std::move(res));
-    }
+    Finish(it->second, std::move(result));
     entries.erase(it);
-    if (!s.ok() && r.type != Response::Type::kError) return s;
+    if (!broken.ok()) return broken;
   }
   return Status::OK();
+}
+
+StatusOr<HandleResult> Executor::RunEntry(const Response& r, TensorEntry& e) {
+  switch (r.type) {
+    case Response::Type::kError: {  // delivered to this tensor; the job goes on
+      HandleResult mismatch;
+      mismatch.status = MismatchError(r.error);
+      return mismatch;
+    }
+    case Response::Type::kAllgather: return Allgather(r, e);
+    case Response::Type::kBroadcast: return Broadcast(r, e);
+    case Response::Type::kAlltoall: return Alltoall(r, e);
+    case Response::Type::kReducescatter: return Reducescatter(r, e);
+    case Response::Type::kBarrier: return HandleResult{};
+    default: return InternalError("unexpected response type");
+  }
 }
 
 Status Executor::Allreduce(const Response& r, EntryMap& entries) {
@@ -286,7 +298,7 @@ Status Executor::Allreduce(const Response& r, EntryMap& entries) {
   return s;
 }
 
-Status Executor::Allgather(const Response& r, TensorEntry& e) {
+StatusOr<HandleResult> Executor::Allgather(const Response& r, TensorEntry& e) {
   GatherLayout l = AllgatherLayout(e.request.shape, r.dtype, r.sizes, size_);
   HandleResult res;
   int64_t total = 0;
@@ -298,33 +310,30 @@ Status Executor::Allgather(const Response& r, TensorEntry& e) {
     auto scratch = HostBuffer::Allocate(r.dtype, l.out_shape);
     DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, scratch->data.get(), l.bytes));
     res.status = out.status();
-    Finish(e, std::move(res));
-    return Status::OK();
+    return res;
   }
   DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, *out, l.bytes));
-  Finish(e, std::move(res));
-  return Status::OK();
+  return res;
 }
 
-Status Executor::Broadcast(const Response& r, TensorEntry& e) {
+StatusOr<HandleResult> Executor::Broadcast(const Response& r, TensorEntry& e) {
   const int64_t bytes = e.request.ByteSize();
   if (rank_ == r.root && e.input != e.output && bytes) std::memcpy(e.output, e.input, bytes);
-  if (bytes == 0) return Status::OK();
-  return backend_->Broadcast(e.output, bytes, r.root);
+  if (bytes > 0) DADT_RETURN_IF_ERROR(backend_->Broadcast(e.output, bytes, r.root));
+  return HandleResult{};
 }
 
-Status Executor::Alltoall(const Response& r, TensorEntry& e) {
+StatusOr<HandleResult> Executor::Alltoall(const Response& r, TensorEntry& e) {
   AlltoallLayout l = MakeAlltoallLayout(e.request.shape, r.dtype, r.sizes, size_, rank_);
   auto out = HostBuffer::Allocate(r.dtype, l.out_shape);
   DADT_RETURN_IF_ERROR(backend_->Alltoallv(e.input, l.send, out->data.get(), l.recv));
   HandleResult res;
   res.output = std::move(out);
   res.received_splits = std::move(l.splits);
-  Finish(e, std::move(res));
-  return Status::OK();
+  return res;
 }
 
-Status Executor::Reducescatter(const Response& r, TensorEntry& e) {
+StatusOr<HandleResult> Executor::Reducescatter(const Response& r, TensorEntry& e) {
   const Shape& shape = e.request.shape;
   const int64_t d0 = shape.empty() ? 1 : shape[0];
   const std::vector<int64_t> counts = ScatterCounts(shape, size_);
@@ -345,13 +354,11 @@ Status Executor::Reducescatter(const Response& r, TensorEntry& e) {
     DADT_RETURN_IF_ERROR(backend_->Reducescatter(in, scratch->data.get(), counts, r.dtype,
                                                  BackendOp(r.reduce_op)));
     res.status = out.status();
-    Finish(e, std::move(res));
-    return Status::OK();
+    return res;
   }
   DADT_RETURN_IF_ERROR(backend_->Reducescatter(in, *out, counts, r.dtype, BackendOp(r.reduce_op)));
   DADT_RETURN_IF_ERROR(PostProcess(r, size_, *out, counts[rank_]));
-  Finish(e, std::move(res));
-  return Status::OK();
+  return res;
 }
 
 }  // namespace core

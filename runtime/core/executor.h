@@ -4,7 +4,13 @@
 // the fusion buffer; a lone tensor is reduced in place in its output, with no extra copy), calls
 // the Backend, applies scale factors, copies results out and completes the handles. A rank that
 // called join() has no entry for an allreduce and contributes zeros of the announced size.
-// Runs only on the loop thread.
+// Runs on the loop thread, or on a lane's thread for the responses it was given (lanes.h).
+//
+// Who completes a handle: Executor::Complete, always. The host ops compute a HandleResult and
+// ExecuteOne completes their entry (a fused allreduce completes each of its entries; join and the
+// eager allreduce theirs); the device path completes its entries from the DeviceContext's
+// completion thread through the same function; lanes and the Runtime complete what they cancel
+// through Finish.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +21,7 @@
 #include "runtime/backends/backend.h"
 #include "runtime/core/device_executor.h"
 #include "runtime/core/handle_table.h"
-#include "runtime/core/message.h"
+#include "runtime/core/negotiation/message.h"
 #include "runtime/core/tensor_queue.h"
 #include "timeline/event.h"
 
@@ -41,8 +47,13 @@ class Executor {
   // Whether responses of type `t` move tensor data (the collectives; not join, barrier, error).
   static bool MovesData(Response::Type t);
 
-  // Completes an entry (and forgets its name) with `result`.
+  // Completes an entry (and forgets its name) with `result`: Complete with this Executor's queue
+  // and handles.
   void Finish(TensorEntry& entry, HandleResult result);
+  // The one way a tensor is completed: its name leaves the queue's in-flight set, then its handle
+  // gets `result` (waking its waiter). Any thread (the queue and the handle table lock).
+  static void Complete(TensorQueue* queue, HandleTable* handles, const std::string& name,
+                       int64_t handle, HandleResult result);
 
   // GPU tensors go to a DeviceExecutor running `engine` ("nccl"), created over `options` (the
   // job's geometry, store and timeouts) when the first GPU response arrives. Without this call,
@@ -55,10 +66,13 @@ class Executor {
  private:
   Status ExecuteOne(const Response& r, EntryMap& entries);
   Status Allreduce(const Response& r, EntryMap& entries);
-  Status Allgather(const Response& r, TensorEntry& e);
-  Status Broadcast(const Response& r, TensorEntry& e);
-  Status Alltoall(const Response& r, TensorEntry& e);
-  Status Reducescatter(const Response& r, TensorEntry& e);
+  // The per-tensor ops: the result to complete `e` with (its status may fail this tensor only),
+  // or a failure that breaks the job (ExecuteOne then completes `e` with it).
+  StatusOr<HandleResult> RunEntry(const Response& r, TensorEntry& e);
+  StatusOr<HandleResult> Allgather(const Response& r, TensorEntry& e);
+  StatusOr<HandleResult> Broadcast(const Response& r, TensorEntry& e);
+  StatusOr<HandleResult> Alltoall(const Response& r, TensorEntry& e);
+  StatusOr<HandleResult> Reducescatter(const Response& r, TensorEntry& e);
   Status ExecuteOnDevice(const Response& r, EntryMap& entries);
   Status DeviceFor(int device, const std::string& name);
   uint8_t* FusionBuffer(int64_t bytes);

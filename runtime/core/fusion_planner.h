@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/core/message.h"
+#include "runtime/core/negotiation/message.h"
 
 namespace dadt {
 namespace core {

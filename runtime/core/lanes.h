@@ -30,7 +30,7 @@
 #include "runtime/backends/backend.h"
 #include "runtime/core/executor.h"
 #include "runtime/core/handle_table.h"
-#include "runtime/core/message.h"
+#include "runtime/core/negotiation/message.h"
 #include "runtime/core/tensor_queue.h"
 #include "timeline/event.h"
 

@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/core/message.h"
+#include "runtime/core/negotiation/message.h"
 
 namespace dadt {
 namespace core {

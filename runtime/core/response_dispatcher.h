@@ -28,7 +28,7 @@
 #include "runtime/common/status.h"
 #include "runtime/core/executor.h"
 #include "runtime/core/lanes.h"
-#include "runtime/core/message.h"
+#include "runtime/core/negotiation/message.h"
 #include "runtime/core/response_cache.h"
 #include "runtime/core/tensor_queue.h"
 #include "timeline/event.h"

@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/backends/device.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/thread_priority.h"
 #include "runtime/core/eager_reduce.h"
@@ -66,13 +65,8 @@ void Runtime::ApplyFusionParamsFromLoop() {
 }
 
 StatusOr<int64_t> Runtime::Enqueue(TensorEntry entry) {
-  DADT_RETURN_IF_ERROR(PrepareEntry(&entry, options_.rank, options_.size));
-  const Request& r = entry.request;
-  if (r.device >= 0 && options_.device_backend == "nccl" &&
-      (r.op == OpType::kAllreduce || r.op == OpType::kReducescatter)) {
-    Status s = backends::DeviceRegistry::NcclReduces(r.dtype, r.reduce_op);
-    if (!s.ok()) return InvalidArgument("tensor '" + r.name + "': " + s.message());
-  }
+  DADT_RETURN_IF_ERROR(PrepareEntry(&entry, options_.rank, options_.size,
+                                    options_.engines.device_data_plane));
   entry.handle = handles_.Create();
   entry.enqueue_us = timeline::NowMicros();
   const int64_t h = entry.handle;

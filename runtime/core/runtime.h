@@ -40,7 +40,7 @@
 #include "runtime/common/kv_store.h"
 #include "runtime/common/status.h"
 #include "runtime/core/autotune_driver.h"
-#include "runtime/core/coordinator.h"
+#include "runtime/core/negotiation/coordinator.h"
 #include "runtime/core/engine_setup.h"
 #include "runtime/core/executor.h"
 #include "runtime/core/fusion_params.h"
@@ -53,7 +53,7 @@
 #include "runtime/core/runtime_options.h"
 #include "runtime/core/tensor_queue.h"
 #include "runtime/core/timeline_control.h"
-#include "runtime/core/worker_negotiator.h"
+#include "runtime/core/negotiation/worker_negotiator.h"
 #include "timeline/event.h"
 
 namespace dadt {

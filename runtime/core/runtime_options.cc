@@ -1,6 +1,5 @@
 // RuntimeOptions::FromEnv: the launcher -> worker contract and the tuning knobs (runtime/common/env.h,
 // docs/running.md) read into RuntimeOptions, each junk value refused with a message naming it.
-#include <algorithm>
 #include <string>
 
 #include "runtime/backends/backend.h"
@@ -48,27 +47,19 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   DADT_ASSIGN_OR_RETURN(o.stall, StallOptions::FromEnv());
   o.iface = env::GetString(env::kIface);
   o.secret = env::GetString(env::kSecret);
-  // Under plain mpirun (no dadtrun: no DADT_RANK, no DADT_CONTROLLER) MPI is the controller.
-  const bool under_mpirun = !env::IsSet(env::kRank) && env::IsSet(env::kOmpiWorldSize);
-  o.controller = env::GetString(env::kController, under_mpirun ? "mpi" : "gloo");
-  if (o.controller != "gloo" && o.controller != "mpi") {
-    return InvalidArgument("DADT_CONTROLLER must be 'gloo' or 'mpi', got '" + o.controller + "'");
-  }
-  if (o.controller == "mpi") {  // geometry comes from MPI at start; the env may not have it
-    o.rank = 0;
+  // The engines as the environment alone chooses them, so that a junk DADT_CONTROLLER or
+  // DADT_DEVICE_BACKEND is refused here; ConnectEngines settles them with init()'s request.
+  backends::EngineEnvironment& e = o.engine_environment;
+  e.controller = env::GetString(env::kController);
+  e.device_data_plane = env::GetString(env::kDeviceBackend);
+  e.under_mpirun = !env::IsSet(env::kRank) && env::IsSet(env::kOmpiWorldSize);
+  e.has_rendezvous = env::IsSet(env::kRendezvousAddr);
+  e.size = o.size;
+  DADT_ASSIGN_OR_RETURN(o.engines, backends::ChooseEngines({}, e, backends::BackendRegistry::Names(),
+                                                           backends::DeviceFacts{}));
+  if (o.engines.control_plane == backends::ControlPlane::kMpi) {
+    o.rank = 0;  // geometry comes from MPI at start; the environment may not have it
     o.size = 1;
-  }
-  o.backend = o.controller;
-  // GPU tensors go to NCCL whenever it is built (DADT_DEVICE_BACKEND=none: the front end stages
-  // them through host memory instead).
-  const auto built = backends::BackendRegistry::Names();
-  const bool nccl_built = std::find(built.begin(), built.end(), "nccl") != built.end();
-  o.device_backend = env::GetString(env::kDeviceBackend, nccl_built ? "nccl" : "none");
-  if (o.device_backend == "none") o.device_backend.clear();
-  if (!o.device_backend.empty() && !(o.device_backend == "nccl" && nccl_built)) {
-    return InvalidArgument("DADT_DEVICE_BACKEND must be 'none'" +
-                           std::string(nccl_built ? " or 'nccl'" : " (this build has no NCCL)") +
-                           ", got '" + o.device_backend + "'");
   }
   if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
     return InvalidArgument("bad job geometry: rank " + std::to_string(o.rank) + " of size " +

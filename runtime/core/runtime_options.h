@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/backends/engine_choice.h"
 #include "runtime/common/status.h"
 #include "runtime/common/types.h"
 #include "runtime/core/stall_inspector.h"
@@ -25,13 +26,13 @@ struct RuntimeOptions : JobGeometry {
   int64_t cache_capacity = 1024;
   // Allreduces up to this many bytes travel with their negotiation (eager_reduce.h); 0 disables.
   int64_t eager_threshold_bytes = 32 * 1024;
-  std::string backend = "gloo";
-  // The engine for GPU tensors ("nccl"), or empty: the front end stages them through host memory
-  // and `backend`. init(all_reduce_executor='nccl') sets it; DADT_DEVICE_BACKEND overrides.
-  std::string device_backend;
-  // Who carries negotiation: "gloo" (the TCP star over dadtrun's rendezvous) or "mpi" (MPI
-  // messages; the geometry then comes from MPI). DADT_CONTROLLER, else "mpi" under plain mpirun.
-  std::string controller = "gloo";
+  // The engines (runtime/backends/engine_choice.h): what init() asked for (c_api.cc), what the
+  // launcher's environment says (FromEnv), and the choice ChooseEngines settles from them, the
+  // build and the GPUs (FromEnv from the environment alone, then ConnectEngines for the job).
+  // Options made by hand (tests) ask for no device data plane.
+  backends::EngineRequest engine_request;
+  backends::EngineEnvironment engine_environment{"", "none"};
+  backends::EngineChoice engines;
   // Allreduce inside hosts, then across them (DADT_HIERARCHICAL_ALLREDUCE).
   bool hierarchical_allreduce = false;
   // An MPI_Comm (as uintptr_t) for controller and data plane, 0 for MPI_COMM_WORLD.
@@ -43,7 +44,7 @@ struct RuntimeOptions : JobGeometry {
   int64_t segment_bytes = 0;  // DADT_GLOO_SEGMENT_BYTES; 0: the engine's default
   // DADT_GLOO_THREADS: collectives in flight at once on engines that can (lanes.h); 1: one.
   int64_t gloo_threads = 2;
-  // DADT_REALTIME_THREADS (off by default): with the Gloo controller, the loop thread, the lanes
+  // DADT_REALTIME_THREADS (off by default): with the TCP control plane, the loop thread, the lanes
   // and Gloo's transport thread run at real-time priority where allowed (thread_priority.h).
   bool realtime_threads = false;
   StallOptions stall;  // rank 0's stall inspector (DADT_STALL_*)
@@ -51,9 +52,11 @@ struct RuntimeOptions : JobGeometry {
   // rendezvous key the engines use is scoped by it (rendezvous/scoped_store.h).
   int64_t incarnation = 0;
 
-  // Real-time loop, lanes and transport threads: asked for, and the controller is Gloo (MPI's
-  // collectives spin while they wait; a real-time thread spinning would starve training).
-  bool UsesRealtimeThreads() const { return realtime_threads && controller == "gloo"; }
+  // Real-time loop, lanes and transport threads: asked for, and the control plane is the TCP star
+  // (MPI's collectives spin while they wait; a real-time thread spinning would starve training).
+  bool UsesRealtimeThreads() const {
+    return realtime_threads && engines.control_plane == backends::ControlPlane::kTcpStar;
+  }
 
   std::chrono::microseconds cycle_time() const { return CycleTimeFromMs(cycle_time_ms); }
   static std::chrono::microseconds CycleTimeFromMs(double ms) {

@@ -50,7 +50,7 @@ Runtime::Runtime(Engines engines)
   }
   executor_ = std::make_unique<Executor>(backend_.get(), options_.rank, options_.size, &handles_,
                                          &queue_, &events_);
-  executor_->EnableDevice(options_.device_backend, engines.backend_options);
+  executor_->EnableDevice(options_.engines.device_data_plane, engines.backend_options);
   if (options_.size > 1) {
     lanes_ = Lanes::Create(backend_.get(), static_cast<int>(options_.gloo_threads), options_.rank,
                            options_.size, &handles_, &queue_, &events_,

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "runtime/common/status.h"
-#include "runtime/core/message.h"
+#include "runtime/core/negotiation/message.h"
 
 namespace dadt {
 namespace core {
@@ -30,6 +30,15 @@ struct TensorEntry {
   int64_t handle = -1;
   int64_t enqueue_us = 0;  // timeline::NowMicros() at Enqueue, for the QUEUE phase
   uintptr_t stream = 0;    // GPU tensors: the framework's stream the data is ready on (0: default)
+  // The caller's output tensor as the C API received it (`given` false when there was none, or
+  // for entries made by hand): entry_checks.h checks it against the input and sizes output_bytes.
+  struct OutputView {
+    bool given = false;
+    bool against_input = false;  // an input tensor described request.dtype, shape and device
+    DataType dtype = DataType::kFloat32;
+    Shape shape;
+    int32_t device = kCpuDevice;
+  } output_view;
 };
 
 // The entries a rank has in flight (drained, not finished), by tensor name.

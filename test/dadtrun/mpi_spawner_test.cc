@@ -111,8 +111,34 @@ TEST(MpiSpawnerTest, WorkerEnvironmentIsJobWideOnly) {
   EXPECT_EQ(env["DADT_HIERARCHICAL_ALLREDUCE"], "1");
   EXPECT_EQ(env["PATH"], "/usr/bin");
   for (const char* per_rank : {"DADT_RANK", "DADT_LOCAL_RANK", "DADT_SIZE", "RANK", "LOCAL_RANK",
-                               "DADT_SECRET", "DADT_RENDEZVOUS_ADDR", "MASTER_PORT"}) {
+                               "DADT_SECRET", "DADT_RENDEZVOUS_ADDR", "MASTER_PORT",
+                               "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE"}) {
     EXPECT_EQ(env.count(per_rank), 0u) << per_rank;
+  }
+  EXPECT_EQ(env["DADT_MPI_HOST_OF_RANK"], "0,0,0");
+}
+
+TEST(MpiSpawnerTest, WorkerEnvironmentCarriesTorchrunsMasterAndThePlan) {
+  LaunchConfig c = MpiConfig(5, {{"h1", 2}, {"h2", 2}, {"h3", 2}}, {"true"});
+  c.network_interface = "dadt0";
+  // A stale RANK in dadtrun's own environment must not reach every rank.
+  EnvMap env = MpiWorkerEnvironment(c, {{"RANK", "7"}, {"MASTER_ADDR", "old"}}, "h1", 29501);
+  EXPECT_EQ(env["MASTER_ADDR"], "h1");
+  EXPECT_EQ(env["MASTER_PORT"], "29501");
+  EXPECT_EQ(env.count("RANK"), 0u);
+  EXPECT_EQ(env["DADT_MPI_HOST_OF_RANK"], "0,0,1,1,2");
+  EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "dadt0");
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "dadt0");
+  // ...and every one of them is forwarded to the ranks by mpirun.
+  auto argv = MpirunCommand(c, env, "mpirun", false, 2);
+  ASSERT_TRUE(argv.ok());
+  for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "DADT_MPI_HOST_OF_RANK",
+                           "GLOO_SOCKET_IFNAME"}) {
+    bool found = false;
+    for (size_t i = 1; i < argv->size(); ++i) {
+      if ((*argv)[i - 1] == "-x" && (*argv)[i] == name) found = true;
+    }
+    EXPECT_TRUE(found) << name;
   }
 }
 

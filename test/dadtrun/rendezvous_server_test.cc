@@ -10,7 +10,7 @@
 
 #include "runtime/common/rendezvous/client.h"
 #include "runtime/common/rendezvous/protocol.h"
-#include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/net/socket.h"
 
 namespace dadt {
 namespace dadtrun {
@@ -41,32 +41,32 @@ class RendezvousServerTest : public ::testing::Test {
 
   // A raw connection for sending bytes no client would.
   int RawConnect() {
-    StatusOr<int> fd = rendezvous::ConnectTcp("127.0.0.1", server_->port());
+    StatusOr<int> fd = net::ConnectTcp("127.0.0.1", server_->port());
     EXPECT_TRUE(fd.ok());
     return fd.ok() ? *fd : -1;
   }
 
   // Reads one response frame; false if the server closed the connection first.
   static bool ReadResponse(int fd, rendezvous::Response* out) {
-    const auto deadline = rendezvous::Clock::now() + std::chrono::seconds(5);
+    const auto deadline = net::Clock::now() + std::chrono::seconds(5);
     char header[4];
-    if (!rendezvous::RecvAll(fd, header, 4, deadline).ok()) return false;
+    if (!net::RecvAll(fd, header, 4, deadline).ok()) return false;
     std::string body(rendezvous::DecodeFrameLength(header), '\0');
-    if (!rendezvous::RecvAll(fd, body.data(), body.size(), deadline).ok()) return false;
+    if (!net::RecvAll(fd, body.data(), body.size(), deadline).ok()) return false;
     return rendezvous::DecodeResponse(body, out).ok();
   }
 
   // True once the server has closed `fd` (recv returns EOF).
   static bool ClosedByServer(int fd) {
     char c;
-    const auto deadline = rendezvous::Clock::now() + std::chrono::seconds(5);
-    Status s = rendezvous::RecvAll(fd, &c, 1, deadline);
+    const auto deadline = net::Clock::now() + std::chrono::seconds(5);
+    Status s = net::RecvAll(fd, &c, 1, deadline);
     return !s.ok() && s.code() == StatusCode::kAborted;
   }
 
   static void SendRaw(int fd, const std::string& bytes) {
     ASSERT_TRUE(
-        rendezvous::SendAll(fd, bytes, rendezvous::Clock::now() + std::chrono::seconds(5)).ok());
+        net::SendAll(fd, bytes, net::Clock::now() + std::chrono::seconds(5)).ok());
   }
 
   static std::string EncodedFrame(const rendezvous::Request& request) {

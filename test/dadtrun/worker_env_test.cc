@@ -51,6 +51,12 @@ TEST(WorkerEnvTest, ContractForEachRank) {
     EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "3");
     EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
     EXPECT_EQ(env["MASTER_PORT"], "29500");
+    EXPECT_EQ(env["GROUP_RANK"], "0");
+    EXPECT_EQ(env["GROUP_WORLD_SIZE"], "1");
+    EXPECT_EQ(env["ROLE_RANK"], r);
+    EXPECT_EQ(env["ROLE_WORLD_SIZE"], "3");
+    EXPECT_EQ(env.count("GLOO_SOCKET_IFNAME"), 0u);
+    EXPECT_EQ(env.count("NCCL_SOCKET_IFNAME"), 0u);
     EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
     EXPECT_EQ(env["PYTHONUNBUFFERED"], "1");
     EXPECT_EQ(env["DADT_START_TIMEOUT"], "30");
@@ -118,6 +124,109 @@ TEST(WorkerEnvTest, FlagsMapToVariables) {
   EXPECT_EQ(env["DADT_START_TIMEOUT"], "90");
   EXPECT_EQ(env["DADT_LOG_LEVEL"], "debug");
   EXPECT_EQ(env["DADT_IFACE"], "eth1");
+  // The frameworks' own process groups bind the same interface...
+  EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth1");
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "eth1");
+  // ...unless the user named one, in the environment or with -x.
+  c.forward_env = {{"NCCL_SOCKET_IFNAME", std::string("ib0")}};
+  env = WorkerEnvironment(c, Endpoints(), {{"GLOO_SOCKET_IFNAME", "eth9"}}, 0);
+  EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth9");
+  EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "ib0");
+}
+
+TEST(WorkerEnvTest, TorchrunNodeRankFollowsTheHosts) {
+  LaunchConfig c = Config(5);
+  c.hosts = {{"localhost", 2}, {"h2", 2}, {"h3", 2}};
+  const char* group[] = {"0", "0", "1", "1", "2"};
+  for (int rank = 0; rank < 5; ++rank) {
+    EnvMap env = WorkerEnvironment(c, Endpoints(), {}, rank);
+    EXPECT_EQ(env["GROUP_RANK"], group[rank]) << rank;
+    EXPECT_EQ(env["GROUP_WORLD_SIZE"], "3") << rank;
+  }
+  c.num_proc = 2;  // only the first host is used
+  EXPECT_EQ(WorkerEnvironment(c, Endpoints(), {}, 1)["GROUP_WORLD_SIZE"], "1");
+}
+
+EnvMap Ompi(int rank, int size, int local_rank, int local_size) {
+  return {{"OMPI_COMM_WORLD_RANK", std::to_string(rank)},
+          {"OMPI_COMM_WORLD_SIZE", std::to_string(size)},
+          {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(local_rank)},
+          {"OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(local_size)}};
+}
+
+TEST(WorkerEnvTest, TorchEnvFromMpiFollowsOpenMpi) {
+  // Not under mpirun: nothing to set.
+  StatusOr<EnvMap> none = TorchEnvFromMpi({{"PATH", "/bin"}});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+
+  // Rank 3 of 4, second on the second host, as planned.
+  EnvMap in = Ompi(3, 4, 1, 2);
+  in[kMpiHostOfRank] = "0,0,1,1";
+  StatusOr<EnvMap> out = TorchEnvFromMpi(in);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  const EnvMap want = {{"RANK", "3"},       {"WORLD_SIZE", "4"},       {"LOCAL_RANK", "1"},
+                       {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "1"}, {"GROUP_WORLD_SIZE", "2"},
+                       {"ROLE_RANK", "3"},  {"ROLE_WORLD_SIZE", "4"}};
+  EXPECT_EQ(*out, want);
+
+  // Uneven hosts: rank 2 alone on the second host.
+  in = Ompi(2, 3, 0, 1);
+  in[kMpiHostOfRank] = "0,0,1";
+  out = TorchEnvFromMpi(in);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)["GROUP_RANK"], "1");
+  EXPECT_EQ((*out)["GROUP_WORLD_SIZE"], "2");
+}
+
+TEST(WorkerEnvTest, TorchEnvFromMpiLeavesGroupOutWhenMpirunMappedOtherwise) {
+  // --mpi-args "--map-by node": rank 1 landed on the second host as its first rank.
+  EnvMap in = Ompi(1, 4, 0, 2);
+  in[kMpiHostOfRank] = "0,0,1,1";
+  StatusOr<EnvMap> out = TorchEnvFromMpi(in);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)["RANK"], "1");
+  EXPECT_EQ((*out)["LOCAL_RANK"], "0");
+  EXPECT_EQ(out->count("GROUP_RANK"), 0u);
+  EXPECT_EQ(out->count("GROUP_WORLD_SIZE"), 0u);
+  // A plan of the wrong length or junk is not used either.
+  for (const char* plan : {"0,0,1", "0,x,1,1", ""}) {
+    in[kMpiHostOfRank] = plan;
+    in["OMPI_COMM_WORLD_LOCAL_RANK"] = "1";
+    out = TorchEnvFromMpi(in);
+    ASSERT_TRUE(out.ok()) << plan;
+    EXPECT_EQ(out->count("GROUP_RANK"), 0u) << plan;
+  }
+}
+
+TEST(WorkerEnvTest, TorchEnvFromMpiRefusesJunk) {
+  EnvMap in = Ompi(0, 2, 0, 2);
+  in["OMPI_COMM_WORLD_SIZE"] = "two";
+  StatusOr<EnvMap> out = TorchEnvFromMpi(in);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("OMPI_COMM_WORLD_SIZE"), std::string::npos);
+  EXPECT_NE(out.status().message().find("'two'"), std::string::npos);
+}
+
+TEST(WorkerEnvTest, MasterAddressIsRankZerosHost) {
+  LaunchConfig c = Config(4);
+  c.hosts = {{"h1", 2}, {"h2", 2}};
+  EXPECT_EQ(MasterAddress(c, "node1", "10.0.0.1"), "h1");
+  c.hosts = {{"node1", 2}, {"h2", 2}};
+  EXPECT_EQ(MasterAddress(c, "node1", "10.0.0.1"), "10.0.0.1");
+  c.hosts.clear();
+  EXPECT_EQ(MasterAddress(c, "node1", "127.0.0.1"), "127.0.0.1");
+}
+
+TEST(WorkerEnvTest, LaunchAddressIsLoopbackWhenEveryRankIsHere) {
+  StatusOr<std::string> addr = LaunchAddress(Config(2), {});
+  ASSERT_TRUE(addr.ok());
+  EXPECT_EQ(*addr, "127.0.0.1");
+  LaunchConfig c = Config(2);
+  c.network_interface = "no-such-iface0";
+  addr = LaunchAddress(c, {"h2"});
+  ASSERT_FALSE(addr.ok());
+  EXPECT_NE(addr.status().message().find("--network-interface"), std::string::npos);
 }
 
 TEST(WorkerEnvTest, ToEnvStrings) {

@@ -139,7 +139,7 @@ def test_geometry_on_every_host(hosts, dadtrun, tmp_path, launcher):
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_python_collective_suite_across_hosts(hosts, dadtrun, launcher):
     proc = run([dadtrun, launcher, "-np", "6", "-H", "h1:2,h2:2,h3:2", "--network-interface", IFACE,
-                PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test/python"], timeout=900)
+                PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test/python_multirank"], timeout=900)
     tail = "\n".join(proc.stdout.splitlines()[-30:])
     assert proc.returncode == 0, f"{tail}\n{proc.stderr[-3000:]}"
     assert any(re.search(r"\d+ passed", line) for line in rank_lines(proc.stdout, rank=0)), tail

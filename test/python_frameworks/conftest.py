@@ -4,7 +4,7 @@ under the launcher, one framework per launch:
     dadtrun --gloo -np N python -m pytest -q -p no:cacheprovider test/python_frameworks/tf    # N = 2, 3
     dadtrun --gloo -np N python -m pytest -q -p no:cacheprovider test/python_frameworks/jax
 
-tools/run_framework_tests.sh runs them (`make test-python-frameworks`). The rules of test/python hold:
+tools/run_framework_tests.sh runs them (`make test-python-frameworks`). The rules of test/python_multirank hold:
 every rank runs the same tests in the same order with the same collective names (the `nm` fixture),
 collectives first, assertions after; a watchdog ends a rank stuck past DADT_TEST_WATCHDOG_S seconds.
 Each suite's own conftest.py provides `fw`, an adapter with the same interface for both frameworks.

@@ -69,3 +69,13 @@ def test_available_frameworks_imports_nothing():
                 f"print(sorted(f), [m for m in {HEAVY!r} if m in sys.modules])")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "['jax', 'keras', 'tensorflow', 'torch'] []", proc.stdout
+
+
+def test_torch_mpi_ops_is_horovods_name_for_async_collectives():
+    pytest.importorskip("torch")
+    proc = _run("import dadt.torch.mpi_ops as a\n"
+                "from dadt.torch import async_collectives as b, mpi_ops as c\n"
+                "from dadt.torch.mpi_ops import allreduce_async_, synchronize\n"
+                "print(a is b and c is b and allreduce_async_ is b.allreduce_async_)")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "True", proc.stdout

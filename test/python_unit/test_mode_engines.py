@@ -2,7 +2,7 @@
 
 Each engine is driven through a bare EngineHost stand-in, not a DistributedOptimizer: what the
 stand-in does not offer, an engine cannot use. The runtime runs as rank 0 of 1 (no launcher), so
-the collectives are real but trivial; test/python/test_training_modes.py covers several ranks.
+the collectives are real but trivial; test/python_multirank/test_training_modes.py covers several ranks.
 """
 import ast
 import os

@@ -6,10 +6,15 @@
 #include <unistd.h>
 
 #include "runtime/common/env.h"
-#include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/net/socket.h"
 
 namespace dadt {
 namespace rendezvous {
+using net::Clock;
+using net::ConnectTcp;
+using net::RecvAll;
+using net::SendAll;
+
 namespace {
 
 // A single request never legitimately takes long: the server answers from memory. This bounds how

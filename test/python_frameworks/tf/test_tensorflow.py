@@ -58,7 +58,8 @@ def test_reducescatter_gradient(world, nm):
     n = world.size
     g = _grad(lambda t: dadt.reducescatter(t, name=nm(), op=dadt.Sum), tf.ones([2 * n, 1]), world, False)
     owner = np.repeat(np.arange(n), 2).reshape(-1, 1)  # rows 2i, 2i+1 go to rank i
-    np.testing.assert_array_equal(g.numpy(), (owner + 1).astype(np.float32))
+    # Horovod's gradient for Sum: the allgathered upstream gradient times the number of processes.
+    np.testing.assert_array_equal(g.numpy(), ((owner + 1) * n).astype(np.float32))
 
 
 def test_alltoall_gradient(world, nm):

@@ -3,7 +3,7 @@
 // warning's trip through the response list.
 #include <gtest/gtest.h>
 
-#include "runtime/core/coordinator.h"
+#include "runtime/core/negotiation/coordinator.h"
 
 namespace dadt {
 namespace core {

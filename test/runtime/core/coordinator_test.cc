@@ -1,6 +1,6 @@
 // Negotiation logic with N simulated ranks: readiness, validation messages, ordering, release
 // timing, join, groups, cached refs and shutdown.
-#include "runtime/core/coordinator.h"
+#include "runtime/core/negotiation/coordinator.h"
 
 #include <gtest/gtest.h>
 

@@ -80,6 +80,61 @@ TEST(EntryChecksTest, ReducescatterOutputMustHoldThisRanksShare) {
   EXPECT_TRUE(ValidateEntry(rs, 1, 2).ok());
 }
 
+// The caller's output tensor (as the C API describes it) is checked against the input here.
+TensorEntry WithOutput(OpType op, Shape in, Shape out, DataType out_dtype = DataType::kFloat32,
+                       int32_t out_device = kCpuDevice) {
+  TensorEntry e = Entry(op, in);
+  e.output_view.given = true;
+  e.output_view.against_input = true;
+  e.output_view.dtype = out_dtype;
+  e.output_view.shape = out;
+  e.output_view.device = out_device;
+  return e;
+}
+
+TEST(EntryChecksTest, OutputMustMatchTheInput) {
+  TensorEntry same = WithOutput(OpType::kAllreduce, {4}, {4});
+  EXPECT_TRUE(PrepareEntry(&same, 0, 2).ok());
+  TensorEntry shape = WithOutput(OpType::kAllreduce, {4}, {2, 2});
+  EXPECT_TRUE(Mentions(PrepareEntry(&shape, 0, 2), "output of 't' must match the input's dtype"));
+  TensorEntry dtype = WithOutput(OpType::kBroadcast, {4}, {4}, DataType::kFloat64);
+  EXPECT_EQ(PrepareEntry(&dtype, 0, 2).code(), StatusCode::kInvalidArgument);
+  TensorEntry device = WithOutput(OpType::kAllreduce, {4}, {4}, DataType::kFloat32, 0);
+  EXPECT_TRUE(Mentions(PrepareEntry(&device, 0, 2), "must be on the input's device"));
+}
+
+TEST(EntryChecksTest, GatherOutputsAreHostMemorySizedFromTheirShape) {
+  TensorEntry gather = WithOutput(OpType::kAllgather, {3, 2}, {7, 2});
+  ASSERT_TRUE(PrepareEntry(&gather, 0, 2).ok());
+  EXPECT_EQ(gather.output_bytes, 7 * 2 * 4);  // the first dimension is checked after negotiation
+  TensorEntry rows = WithOutput(OpType::kAllgather, {3, 2}, {7, 3});
+  EXPECT_TRUE(Mentions(PrepareEntry(&rows, 0, 2), "all dimensions but the first"));
+  TensorEntry gpu = WithOutput(OpType::kAllgather, {3, 2}, {6, 2}, DataType::kFloat32, 0);
+  gpu.request.device = 0;
+  EXPECT_TRUE(Mentions(PrepareEntry(&gpu, 0, 2), "must be in host memory"));
+  // A reducescatter output is sized here, then checked against this rank's share.
+  TensorEntry share = WithOutput(OpType::kReducescatter, {5}, {3});
+  EXPECT_TRUE(PrepareEntry(&share, 0, 2).ok());
+  TensorEntry wrong_share = WithOutput(OpType::kReducescatter, {5}, {3});
+  EXPECT_TRUE(Mentions(PrepareEntry(&wrong_share, 1, 2), "share needs 2 rows"));
+}
+
+// Only GPU reductions on the NCCL device data plane are asked; this test links no NCCL, so the
+// answer is a refusal naming the tensor, which shows the question was asked.
+TEST(EntryChecksTest, GpuReductionsAreCheckedAgainstTheDeviceDataPlane) {
+  TensorEntry gpu = Entry(OpType::kAllreduce);
+  gpu.request.device = 0;
+  Status on_nccl = PrepareEntry(&gpu, 0, 2, "nccl");
+  EXPECT_EQ(on_nccl.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(on_nccl, "tensor 't'")) << on_nccl.ToString();
+  EXPECT_TRUE(PrepareEntry(&gpu, 0, 2, "").ok());  // staged through host memory: no NCCL
+  TensorEntry host = Entry(OpType::kAllreduce);
+  EXPECT_TRUE(PrepareEntry(&host, 0, 2, "nccl").ok());
+  TensorEntry gather = Entry(OpType::kAllgather);
+  gather.request.device = 0;
+  EXPECT_TRUE(PrepareEntry(&gather, 0, 2, "nccl").ok());  // no reduction
+}
+
 }  // namespace
 }  // namespace core
 }  // namespace dadt

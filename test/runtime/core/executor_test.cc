@@ -346,6 +346,28 @@ TEST(Executor, FailedAllocatingCollectiveCompletesItsHandleWithTheFailure) {
   EXPECT_EQ(s.handles.TakeOutput(h), nullptr);
 }
 
+// Every per-tensor op is completed by the one path in ExecuteOne: with a failing backend each
+// handle gets the failure, its name leaves the in-flight set, and the job breaks.
+TEST(Executor, EveryPerTensorOpIsCompletedOnceWhenTheBackendFails) {
+  FakeBackend backend(Aborted("peer lost"));
+  const std::pair<OpType, Response::Type> ops[] = {
+      {OpType::kAllgather, Response::Type::kAllgather},
+      {OpType::kBroadcast, Response::Type::kBroadcast},
+      {OpType::kAlltoall, Response::Type::kAlltoall},
+      {OpType::kReducescatter, Response::Type::kReducescatter}};
+  for (const auto& [op, type] : ops) {
+    RankState s(&backend, 0, 1);
+    std::vector<float> in(4), out(4);
+    void* output = op == OpType::kBroadcast ? out.data() : nullptr;
+    const int64_t h = s.Add(Entry(op, "t", DataType::kFloat32, {4}, in.data(), output));
+    Status ret = s.executor.Execute(Make(type, {"t"}, {4}), s.entries);
+    EXPECT_EQ(ret.code(), StatusCode::kAborted) << OpTypeName(op);
+    EXPECT_EQ(s.handles.Wait(h).code(), StatusCode::kAborted) << OpTypeName(op);
+    EXPECT_TRUE(s.entries.empty()) << OpTypeName(op);
+    EXPECT_TRUE(s.NameFree("t")) << OpTypeName(op);
+  }
+}
+
 TEST(Executor, GpuTensorWithoutAGpuDataPlaneFailsOnlyItsHandle) {
   FakeBackend backend;
   RankState s(&backend, 0, 1);

@@ -94,6 +94,23 @@ TEST(RuntimeOptionsTest, RealtimeThreadsAreOptIn) {
   EXPECT_TRUE(options->realtime_threads);
 }
 
+// The engines as the environment alone chooses them (backends/engine_choice.h), refused early.
+TEST(RuntimeOptionsTest, EnginesComeFromTheEnvironmentAndJunkIsRefused) {
+  ExpectRefused("DADT_CONTROLLER", {"tcp", "nccl"});
+  ExpectRefused("DADT_DEVICE_BACKEND", {"cuda"});
+  auto tcp = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(tcp.ok()) << tcp.status().ToString();
+  EXPECT_EQ(tcp->engines.control_plane, backends::ControlPlane::kTcpStar);
+  EXPECT_EQ(tcp->engines.host_data_plane, "gloo");
+  ScopedEnv mpirun("OMPI_COMM_WORLD_SIZE", "4");  // plain mpirun: MPI, geometry from MPI later
+  ScopedEnv size("DADT_SIZE", "4");
+  auto mpi = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(mpi.ok()) << mpi.status().ToString();
+  EXPECT_EQ(mpi->engines.control_plane, backends::ControlPlane::kMpi);
+  EXPECT_EQ(mpi->engines.host_data_plane, "mpi");
+  EXPECT_EQ(mpi->size, 1);
+}
+
 }  // namespace
 }  // namespace core
 }  // namespace dadt

@@ -1,11 +1,11 @@
 // The worker's half of negotiation without a network: what a rank sends each cycle (full requests,
 // cached refs, shutdown), the cache toggle, resends; and a worker talking to a real Coordinator
 // through serialized messages, with a reassigned slot forcing a resend.
-#include "runtime/core/worker_negotiator.h"
+#include "runtime/core/negotiation/worker_negotiator.h"
 
 #include <gtest/gtest.h>
 
-#include "runtime/core/coordinator.h"
+#include "runtime/core/negotiation/coordinator.h"
 #include "runtime/core/response_dispatcher.h"
 
 namespace dadt {

@@ -167,6 +167,48 @@ def allgather_async(value: Any, name: Optional[str] = None) -> int:
     return _track([handle], [name], keep, lambda hs: _take(hs[0]))
 
 
+def grouped_allgather_async(values: Sequence[Any], name: Optional[str] = None) -> int:
+    """Allgathers a list of arrays under one handle (members ``'<name>.<i>'``); synchronize()
+    returns the list of results."""
+    values = list(values)
+    if not values:
+        raise ValueError("grouped allgather needs at least one tensor")
+    base = make_name("grouped_allgather", name)
+    names = ["%s.%d" % (base, i) for i in range(len(values))]
+    arrays = [as_array(v, n) for v, n in zip(values, names)]
+    _check_not_in_flight(names)
+    keep: List[Any] = []
+    handles = [_submit(OP_ALLGATHER, n, a, None, keep) for a, n in zip(arrays, names)]
+    return _track(handles, names, keep, lambda hs: [_take(h) for h in hs])
+
+
+def grouped_reducescatter_async(values: Sequence[Any], name: Optional[str] = None,
+                                op: int = Average, prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> int:
+    """Reducescatters a list of arrays under one handle (members ``'<name>.<i>'``);
+    synchronize() returns the list of this rank's blocks."""
+    values = list(values)
+    if not values:
+        raise ValueError("grouped reducescatter needs at least one tensor")
+    base = make_name("grouped_reducescatter", name)
+    names = ["%s.%d" % (base, i) for i in range(len(values))]
+    arrays = [as_array(v, n) for v, n in zip(values, names)]
+    for array, member in zip(arrays, names):
+        _check_reduction(array, member, op, prescale_factor, postscale_factor)
+    _check_not_in_flight(names)
+    keep: List[Any] = []
+    handles = [_submit(OP_REDUCESCATTER, n, a, None, keep, reduce_op=op, prescale=prescale_factor,
+                       postscale=postscale_factor) for a, n in zip(arrays, names)]
+    return _track(handles, names, keep, lambda hs: [_take(h) for h in hs])
+
+
+def _check_not_in_flight(names: Sequence[str]) -> None:
+    # Checked before any member is enqueued, so that a refusal leaves nothing half-submitted.
+    for member in names:
+        if member in _in_flight:
+            raise ValueError("a collective named '%s' is already in flight on this rank" % member)
+
+
 def broadcast_async(value: Any, root_rank: int, name: Optional[str] = None) -> int:
     """Copies root rank's array to every rank (into a new array); synchronize() returns it."""
     name = make_name("broadcast", name)
@@ -212,6 +254,17 @@ def reducescatter_async(value: Any, name: Optional[str] = None, op: int = Averag
     handle = _submit(OP_REDUCESCATTER, name, array, None, keep, reduce_op=op,
                      prescale=prescale_factor, postscale=postscale_factor)
     return _track([handle], [name], keep, lambda hs: _take(hs[0]))
+
+
+def pending_handle(name: str) -> Optional[int]:
+    """The handle of this rank's in-flight collective named ``name`` (None when there is none)."""
+    if name not in _in_flight:
+        return None
+    # A copy: TensorFlow runs graph-mode submits on several threads, which add entries.
+    for handle, entry in list(_entries.items()):
+        if name in entry.names:
+            return handle
+    return None
 
 
 def poll(handle: int) -> bool:

@@ -9,6 +9,7 @@ import os
 import warnings
 from typing import Any, Callable, List, Optional
 
+from dadt.common import slurm
 from dadt.common.exceptions import from_core_error
 from dadt.common.util import NOT_INITIALIZED, reset_collective_names
 
@@ -20,15 +21,6 @@ except ImportError as e:  # pragma: no cover - depends on the build
         "bazel-bin/frameworks/bindings/_core.so to frameworks/python/dadt/_core.so "
         "(or install dadt with pip): %s" % e) from e
 
-# The executor names of the original DADT API, and what each needs when this build lacks it.
-_EXECUTOR_HINTS = {
-    "gloo": "the Gloo executor needs dadt built with Gloo",
-    "mpi": "the MPI executor needs dadt built with MPI (Open MPI's libopenmpi-dev)",
-    "mpicuda": "dadt has no CUDA-aware MPI path; GPU tensors go to NCCL ('nccl') or are staged "
-               "through host memory",
-    "nccl": "the NCCL executor needs dadt built with CUDA and NCCL (on wherever nvcc and NCCL are "
-            "found at build time, docs/backends.md) and a GPU; this build has no NCCL support",
-}
 # Kept alive while the runtime uses them: communicators init() created from a list of ranks.
 _owned_comms: List[Any] = []
 # What every init() that starts a new runtime runs first (on_new_incarnation).
@@ -65,29 +57,30 @@ def wait_all(handles) -> Optional[BaseException]:
     return None if error is None else from_core_error(error)
 
 
-def _pick_backend(broad_cast_executor: Optional[str], all_reduce_executor: Optional[str]):
-    built = _core.built_backends()
+def _pick_backend(broad_cast_executor: Optional[str], all_reduce_executor: Optional[str],
+                  with_comm: bool) -> Optional[str]:
+    """The one executor init() asks for (None: the launcher's choice). Whether this build, machine
+    and launch can run it is the runtime's decision (runtime/backends/engine_choice.h), asked
+    through ``_core.choose_engines``; a refusal is a ValueError naming the argument."""
     chosen = None
     for arg, value in (("broad_cast_executor", broad_cast_executor),
                        ("all_reduce_executor", all_reduce_executor)):
         if value is None:
             continue
         executor = str(value).lower()
-        if executor not in _EXECUTOR_HINTS:
-            raise ValueError("%s=%r is not an executor; use one of %s"
-                             % (arg, value, ", ".join(repr(k) for k in sorted(_EXECUTOR_HINTS))))
-        if executor not in built:
-            raise ValueError("%s=%r is not available: %s; this build of dadt has: %s"
-                             % (arg, value, _EXECUTOR_HINTS[executor], ", ".join(built) or "none"))
-        if executor == "nccl":
-            available, why = _core.cuda_available()
-            if not available:
-                raise ValueError("%s=%r is not available: %s" % (arg, value, why))
         if chosen is not None and executor != chosen:
             raise ValueError("dadt runs every collective on one executor; got "
                              "broad_cast_executor=%r and all_reduce_executor=%r"
                              % (broad_cast_executor, all_reduce_executor))
         chosen = executor
+    try:
+        _core.choose_engines(chosen, with_comm)
+    except _core.CoreError as e:
+        error = from_core_error(e)
+        if chosen is None:
+            raise error from None
+        arg = "all_reduce_executor" if all_reduce_executor is not None else "broad_cast_executor"
+        raise type(error)("%s=%r: %s" % (arg, chosen, error)) from None
     return chosen
 
 
@@ -138,8 +131,9 @@ def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = N
          timeline_path: Optional[str] = None) -> None:
     """A function that initializes dadt.
 
-    Reads the job's geometry from the launcher's environment (``dadtrun``); without a launcher
-    the process runs as rank 0 of 1. Calling it again while running is a no-op.
+    Reads the job's geometry from the launcher's environment (``dadtrun``); in a task of a Slurm
+    step started by ``srun`` without dadtrun, from Slurm's (docs/running.md, "Running under
+    Slurm"); otherwise the process runs as rank 0 of 1. Calling it again while running is a no-op.
 
     Args:
       comm: An mpi4py communicator (or a list of MPI_COMM_WORLD ranks): the job is that
@@ -156,16 +150,16 @@ def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = N
       group_buffer_size: Same threshold, under its grouped-allreduce name; the larger wins.
       timeline_path: File for the Chrome-trace timeline (sets ``DADT_TIMELINE``).
     """
+    if comm is None and not is_initialized():
+        slurm.join_step()  # srun without dadtrun: this task's place in the step (dadt/common/slurm.py)
     mpi_comm = 0
+    backend = _pick_backend(broad_cast_executor, all_reduce_executor,
+                            comm is not None and not is_initialized())
     if comm is not None and not is_initialized():
-        if "mpi" not in built_backends():
-            raise ValueError("init(comm=...) takes an MPI communicator: %s"
-                             % _EXECUTOR_HINTS["mpi"])
         mpi_comm = _mpi_comm_handle(comm)
     if process_sets is not None:
         raise NotImplementedError("process sets are not supported by dadt yet; "
                                   "call init() without process_sets")
-    backend = _pick_backend(broad_cast_executor, all_reduce_executor)
     fusion = _fusion_threshold(all_reduce_buffer_size, group_buffer_size)
     cycle = -1.0 if cycle_duration_ms is None else float(cycle_duration_ms)
     if cycle_duration_ms is not None and cycle < 0:

@@ -43,8 +43,48 @@ _CODE_TO_TYPE = {
 }
 
 
+# The error-class table shared by the front ends whose frameworks have typed errors (TensorFlow's
+# tf.errors, as Horovod's TensorFlow ops raise them): each runtime status as a canonical
+# (absl / gRPC) status code. A cross-rank mismatch is FAILED_PRECONDITION, bad input
+# INVALID_ARGUMENT. The TensorFlow graph-mode kernel receives this table too
+# (dadt/tensorflow/graph_ops.py), so eager and graph mode agree.
+CANONICAL_INVALID_ARGUMENT = 3
+CANONICAL_DEADLINE_EXCEEDED = 4
+CANONICAL_FAILED_PRECONDITION = 9
+CANONICAL_ABORTED = 10
+CANONICAL_UNIMPLEMENTED = 12
+CANONICAL_INTERNAL = 13
+CANONICAL_CODES = {
+    ERR_INVALID_ARGUMENT: CANONICAL_INVALID_ARGUMENT,
+    ERR_MISMATCH: CANONICAL_FAILED_PRECONDITION,
+    ERR_PRECONDITION: CANONICAL_FAILED_PRECONDITION,
+    ERR_ABORTED: CANONICAL_ABORTED,
+    ERR_TIMEOUT: CANONICAL_DEADLINE_EXCEEDED,
+    ERR_UNIMPLEMENTED: CANONICAL_UNIMPLEMENTED,
+    ERR_INTERNAL: CANONICAL_INTERNAL,
+}
+
+
 def from_core_error(error: BaseException) -> BaseException:
-    """Returns the Python exception for a ``dadt._core.CoreError``; the message is kept verbatim."""
+    """Returns the Python exception for a ``dadt._core.CoreError``; the message is kept verbatim
+    and the runtime status is kept as ``dadt_code``."""
     code = getattr(error, "code", ERR_INTERNAL)
     message = getattr(error, "message", str(error))
-    return _CODE_TO_TYPE.get(code, DadtInternalError)(message)
+    exc = _CODE_TO_TYPE.get(code, DadtInternalError)(message)
+    exc.dadt_code = code
+    return exc
+
+
+def canonical_code(error: BaseException) -> int:
+    """The canonical status code of an exception dadt raised: from its runtime status when it
+    came from the runtime, else from its type (ValueError and TypeError: bad input)."""
+    code = getattr(error, "dadt_code", None)
+    if code in CANONICAL_CODES:
+        return CANONICAL_CODES[code]
+    if isinstance(error, TensorMismatchError):
+        return CANONICAL_FAILED_PRECONDITION
+    if isinstance(error, (ValueError, TypeError)):
+        return CANONICAL_INVALID_ARGUMENT
+    if isinstance(error, NotImplementedError):
+        return CANONICAL_UNIMPLEMENTED
+    return CANONICAL_INTERNAL

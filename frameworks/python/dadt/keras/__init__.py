@@ -23,7 +23,7 @@ from dadt.common.frontend import export_common as _export_common  # noqa: E402
 from dadt.common.util import Average as _Average  # noqa: E402
 from dadt.keras import callbacks  # noqa: E402
 from dadt.keras.callbacks import broadcast_variables  # noqa: E402
-from dadt.keras.optimizer import DistributedOptimizer  # noqa: E402
+from dadt.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: E402
 
 
 def allreduce(value, name: _Optional[str] = None, op: int = _Average):
@@ -49,6 +49,7 @@ broadcast_object = _array_ops.broadcast_object
 allgather_object = _array_ops.allgather_object
 
 __all__ = _export_common(globals()) + [
-    "DistributedOptimizer", "callbacks", "broadcast_variables", "allreduce", "allgather",
+    "DistributedOptimizer", "PartialDistributedOptimizer", "callbacks", "broadcast_variables",
+    "allreduce", "allgather",
     "broadcast", "broadcast_object", "allgather_object",
 ]

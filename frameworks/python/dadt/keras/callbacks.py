@@ -12,7 +12,7 @@ from dadt.common.basics import size
 from dadt.common.util import Average
 
 __all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
-           "LearningRateWarmupCallback", "broadcast_variables"]
+           "LearningRateScheduleCallback", "LearningRateWarmupCallback", "broadcast_variables"]
 
 
 def _host_value(variable) -> np.ndarray:
@@ -31,18 +31,44 @@ def broadcast_variables(variables, root_rank: int = 0, name: Optional[str] = Non
         v.assign(array_ops.synchronize(h))
 
 
+def _optional_float(value) -> Optional[float]:
+    return None if value is None else float(value)
+
+
+def _current_lr(model) -> float:
+    """The optimizer's learning rate when training begins: Horovod's default initial_lr."""
+    warnings.warn("initial_lr not given: using the optimizer's learning rate when training "
+                  "begins, as Horovod's deprecated form did; pass initial_lr")
+    return float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+
+
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Makes every process start from root rank's state: the model's variables when training
     begins, and the optimizer's variables (created by the first step) after the first batch.
-    This is the Keras form of DADT's TF1 BroadcastTrainableVariablesHook."""
+    This is the Keras form of DADT's TF1 BroadcastTrainableVariablesHook.
 
-    def __init__(self, root_rank: int = 0):
+    Arguments:
+        root_rank: the rank whose state wins.
+        device: accepted for Horovod compatibility (CPU only).
+        local_variables: variables (or Keras layers, for their weights) that stay as they are on
+            each process: they are not broadcast.
+    """
+
+    def __init__(self, root_rank: int = 0, device: str = "", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self._optimizer_done = False
+        local = []
+        for item in (local_variables or []):
+            local.extend(item.weights if isinstance(item, keras.layers.Layer) else [item])
+        self._local = {id(v): v for v in local}
+
+    def _shared(self, variables):
+        return [v for v in variables if id(v) not in self._local]
 
     def on_train_begin(self, logs=None):
-        broadcast_variables(self.model.variables, self.root_rank, name="bcast_model")
+        broadcast_variables(self._shared(self.model.variables), self.root_rank,
+                            name="bcast_model")
 
     def on_train_batch_end(self, batch, logs=None):
         if self._optimizer_done:
@@ -50,7 +76,8 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self._optimizer_done = True
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None and optimizer.variables:
-            broadcast_variables(optimizer.variables, self.root_rank, name="bcast_optimizer")
+            broadcast_variables(self._shared(optimizer.variables), self.root_rank,
+                                name="bcast_optimizer")
 
 
 class MetricAverageCallback(keras.callbacks.Callback):
@@ -68,6 +95,67 @@ class MetricAverageCallback(keras.callbacks.Callback):
             logs[k] = float(v)
 
 
+class LearningRateScheduleCallback(keras.callbacks.Callback):
+    """Sets the learning rate to ``initial_lr * multiplier`` from ``start_epoch`` up to
+    ``end_epoch`` (Horovod's callback): ``multiplier`` is a number or a function of the epoch
+    (an integer with ``staircase=True``, else a fraction updated every batch).
+
+    Arguments:
+        initial_lr: the base learning rate (usually already scaled by size()).
+        multiplier: a constant or ``f(epoch) -> float``.
+        start_epoch: first epoch the schedule applies to.
+        end_epoch: the epoch it stops at (exclusive); None: until training ends.
+        staircase: change the rate once per epoch (True) or every batch (False).
+        momentum_correction: Horovod's option; has no effect in Keras 3 (see
+            LearningRateWarmupCallback).
+        steps_per_epoch: batches per epoch (default: model.fit's ``steps``).
+    """
+
+    def __init__(self, initial_lr: Optional[float] = None, multiplier=None, start_epoch: int = 0,
+                 end_epoch: Optional[int] = None, staircase: bool = True,
+                 momentum_correction: bool = False, steps_per_epoch: Optional[int] = None):
+        super().__init__()
+        if multiplier is None:
+            raise ValueError("LearningRateScheduleCallback needs a multiplier (a number or a "
+                             "function of the epoch)")
+        if momentum_correction:
+            warnings.warn("LearningRateScheduleCallback: momentum_correction has no effect in "
+                          "Keras 3 (momentum is fixed when the train step is compiled)")
+        self.initial_lr = _optional_float(initial_lr)
+        self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.steps_per_epoch = steps_per_epoch
+        self._epoch = 0
+
+    def on_train_begin(self, logs=None):
+        if self.initial_lr is None:
+            self.initial_lr = _current_lr(self.model)
+
+    def _in_range(self, epoch: float) -> bool:
+        return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
+
+    def _set(self, epoch: float) -> None:
+        self.model.optimizer.learning_rate = self.initial_lr * float(self.multiplier(epoch))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        if self.staircase and self._in_range(epoch):
+            self._set(epoch)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.staircase or not self._in_range(self._epoch):
+            return
+        steps = self.steps_per_epoch or self.params.get("steps") or 1
+        self._set(self._epoch + batch / steps)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["learning_rate"] = float(keras.ops.convert_to_numpy(
+                self.model.optimizer.learning_rate))
+
+
 class LearningRateWarmupCallback(keras.callbacks.Callback):
     """Ramps the learning rate linearly from ``initial_lr / size()`` to ``initial_lr`` over the
     first ``warmup_epochs`` epochs (per batch), as large-batch training on many processes needs
@@ -82,7 +170,7 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
         verbose: 1 prints the rate at the end of the warmup.
     """
 
-    def __init__(self, initial_lr: float, warmup_epochs: int = 5,
+    def __init__(self, initial_lr: Optional[float] = None, warmup_epochs: int = 5,
                  momentum_correction: bool = False, steps_per_epoch: Optional[int] = None,
                  verbose: int = 0):
         super().__init__()
@@ -91,11 +179,15 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
         if momentum_correction:
             warnings.warn("LearningRateWarmupCallback: momentum_correction has no effect in "
                           "Keras 3 (momentum is fixed when the train step is compiled)")
-        self.initial_lr = float(initial_lr)
+        self.initial_lr = _optional_float(initial_lr)
         self.warmup_epochs = warmup_epochs
         self.steps_per_epoch = steps_per_epoch
         self.verbose = verbose
         self._epoch = 0
+
+    def on_train_begin(self, logs=None):
+        if self.initial_lr is None:
+            self.initial_lr = _current_lr(self.model)
 
     def learning_rate(self, epoch: float) -> float:
         """The rate at a fractional epoch."""

@@ -7,15 +7,16 @@ import keras
 
 from dadt.common.util import Average, Sum
 
-__all__ = ["DistributedOptimizer"]
+__all__ = ["DistributedOptimizer", "PartialDistributedOptimizer"]
 
 
-def _reduce_gradients(grads, op, compression, predivide, name):
+def _reduce_gradients(grads, op, compression, predivide, name, sparse_as_dense=False):
     backend = keras.backend.backend()
     if backend == "tensorflow":
         from dadt.tensorflow.functions import allreduce_gradients
         return allreduce_gradients(grads, compression=compression or _tf_none(), op=op,
-                                   gradient_predivide_factor=predivide, name=name)
+                                   gradient_predivide_factor=predivide, name=name,
+                                   sparse_as_dense=sparse_as_dense)
     if compression is not None or predivide != 1.0:
         raise ValueError("compression and gradient_predivide_factor need the tensorflow backend "
                          "of Keras; this one is %r" % backend)
@@ -43,16 +44,47 @@ def _tf_none():
 
 
 class _Distributed:
-    """Mixed in before the wrapped optimizer's class: reduces gradients, then applies them."""
+    """Mixed in before the wrapped optimizer's class: reduces gradients, then applies them.
+
+    With backward_passes_per_step N > 1, Keras's own gradient accumulation
+    (``gradient_accumulation_steps``) adds N steps' gradients up locally, and the reduction
+    runs in the update step only (every N-th), on the accumulated gradients."""
 
     def apply(self, grads, trainable_variables=None):
-        grads = _reduce_gradients(list(grads), self._dadt_op, self._dadt_compression,
-                                  self._dadt_predivide, self._dadt_name)
+        if self._dadt_passes == 1:
+            grads = self._dadt_reduce(list(grads), trainable_variables)
         return super().apply(grads, trainable_variables)
 
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        if self._dadt_passes > 1:
+            grads = self._dadt_reduce(list(grads), trainable_variables)
+            if not self._dadt_average_aggregated:  # Keras averages the N steps; Horovod sums
+                grads = [g if g is None else g * self._dadt_passes for g in grads]
+        return super()._backend_update_step(grads, trainable_variables, learning_rate)
 
-def DistributedOptimizer(optimizer, name: Optional[str] = None, compression=None, op=Average,  # noqa: N802
-                         gradient_predivide_factor: float = 1.0):
+    def _dadt_reduce(self, grads, trainable_variables):
+        if trainable_variables is None:
+            trainable_variables = getattr(self, "_trainable_variables", None) or [None] * len(grads)
+        trainable_variables = list(trainable_variables)
+        local = [v is not None and id(v) in self._dadt_local for v in trainable_variables]
+        if len(local) != len(grads):
+            local = [False] * len(grads)
+        reduced = _reduce_gradients([None if is_local else g for g, is_local in zip(grads, local)],
+                                    self._dadt_op, self._dadt_compression, self._dadt_predivide,
+                                    self._dadt_name, self._dadt_sparse_as_dense)
+        if self._dadt_scale_local:
+            from dadt.common.basics import size
+            return [g / size() if is_local and g is not None else r
+                    for g, r, is_local in zip(grads, reduced, local)]
+        return [g if is_local else r for g, r, is_local in zip(grads, reduced, local)]
+
+
+def DistributedOptimizer(optimizer, name: Optional[str] = None,  # noqa: N802
+                         device_dense: str = "", device_sparse: str = "", compression=None, sparse_as_dense: bool = False,
+                         gradient_predivide_factor: float = 1.0, op=Average,
+                         backward_passes_per_step: int = 1,
+                         average_aggregated_gradients: bool = False, num_groups: int = 0,
+                         groups=None, process_set=None, scale_local_gradients: bool = True):
     """Returns a copy of a Keras 3 optimizer (same class and configuration, not yet built) that
     averages gradients across processes with one grouped allreduce per step, then applies them.
 
@@ -62,26 +94,83 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, compression=None
         model.compile(optimizer=dadt.DistributedOptimizer(opt), loss=..., metrics=[...])
 
     Works with model.fit under the tensorflow (graph or eager; not ``jit_compile=True``: the
-    collectives are host callbacks), jax and torch backends of Keras.
+    collectives are host callbacks), jax and torch backends of Keras. The arguments are
+    Horovod's, in Horovod's order.
 
     Arguments:
         optimizer: a keras.optimizers.Optimizer.
         name: base name of the gradient allreduces (generated per trace when None).
+        device_dense, device_sparse: accepted for Horovod compatibility (CPU only).
         compression: dadt.tensorflow.Compression.none or .fp16 (tensorflow backend only).
-        op: Average (default) or Sum.
+        sparse_as_dense: reduce sparse gradients (tf.IndexedSlices) as dense tensors instead of
+            allgathering their rows (tensorflow backend).
         gradient_predivide_factor: divide by this before the sum and by size/factor after
             (tensorflow backend, op=Average).
+        op: Average (default) or Sum.
+        backward_passes_per_step: accumulate this many steps' gradients locally and reduce and
+            apply them every that many steps (through Keras's ``gradient_accumulation_steps``;
+            tensorflow and torch backends).
+        average_aggregated_gradients: with backward_passes_per_step > 1, apply the average of
+            the accumulated gradients instead of their sum (Horovod's default: the sum).
+        num_groups, groups: accepted for Horovod compatibility (one group per step).
+        scale_local_gradients: see PartialDistributedOptimizer.
     """
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError("DistributedOptimizer wraps a keras.optimizers.Optimizer, got %s"
                         % type(optimizer).__name__)
     if op not in (Average, Sum):
         raise ValueError("gradients are reduced with op=Average or op=Sum, got op=%r" % (op,))
+    if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
+        raise ValueError("backward_passes_per_step must be an int >= 1, got %r"
+                         % (backward_passes_per_step,))
+    if process_set is not None:
+        raise NotImplementedError("dadt reduces over every process; process sets are not "
+                                  "supported")
     base = type(optimizer)
     cls = type(base.__name__, (_Distributed, base), {"__module__": base.__module__})
-    wrapped = cls.from_config(optimizer.get_config())
+    config = optimizer.get_config()
+    if backward_passes_per_step > 1:
+        if config.get("gradient_accumulation_steps"):
+            raise ValueError("backward_passes_per_step and the optimizer's own "
+                             "gradient_accumulation_steps are the same thing; set one")
+        config["gradient_accumulation_steps"] = backward_passes_per_step
+    wrapped = cls.from_config(config)
     wrapped._dadt_op = op
     wrapped._dadt_compression = compression
     wrapped._dadt_predivide = float(gradient_predivide_factor)
     wrapped._dadt_name = name
+    wrapped._dadt_sparse_as_dense = bool(sparse_as_dense)
+    wrapped._dadt_passes = backward_passes_per_step
+    wrapped._dadt_average_aggregated = bool(average_aggregated_gradients)
+    wrapped._dadt_local = {}
+    wrapped._dadt_scale_local = bool(scale_local_gradients)
+    return wrapped
+
+
+def PartialDistributedOptimizer(optimizer, name: Optional[str] = None,  # noqa: N802
+                                device_dense: str = "", device_sparse: str = "",
+                                compression=None, sparse_as_dense: bool = False,
+                                gradient_predivide_factor: float = 1.0, op=Average,
+                                backward_passes_per_step: int = 1,
+                                average_aggregated_gradients: bool = False,
+                                groups=None, process_set=None, local_layers=None,
+                                scale_local_gradients: bool = True):
+    """A DistributedOptimizer that keeps the gradients of ``local_layers`` (a Keras layer or a
+    list of them) local: they are not reduced, only divided by the number of processes when
+    ``scale_local_gradients`` (Horovod's behaviour). The other arguments are
+    DistributedOptimizer's."""
+    if local_layers is None:
+        local_layers = []
+    elif not isinstance(local_layers, (list, tuple)):
+        local_layers = [local_layers]
+    for layer in local_layers:
+        if not isinstance(layer, keras.layers.Layer):
+            raise ValueError("local_layers must be keras.layers.Layer, got %s"
+                             % type(layer).__name__)
+    wrapped = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression,
+                                   sparse_as_dense, gradient_predivide_factor, op,
+                                   backward_passes_per_step, average_aggregated_gradients,
+                                   groups=groups, process_set=process_set,
+                                   scale_local_gradients=scale_local_gradients)
+    wrapped._dadt_local = {id(v): v for layer in local_layers for v in layer.trainable_weights}
     return wrapped

@@ -13,7 +13,8 @@
         hvd.broadcast_variables(model.variables, root_rank=0)
         hvd.broadcast_variables(opt.variables, root_rank=0)
 
-Collectives work eagerly and inside tf.function (as stateful ``tf.numpy_function`` ops), on CPU
+Collectives work eagerly and in graphs (tf.function, tf.compat.v1 Session.run; see
+docs/frameworks.md "Graph-mode execution"), on CPU
 tensors and variables of dtype uint8, int8, int16, uint16, int32, int64, float16, bfloat16, float32,
 float64 and bool. docs/frameworks.md has the details and the migration guide.
 """
@@ -24,15 +25,30 @@ _require("tensorflow")
 
 from dadt.common.frontend import export_common as _export_common  # noqa: E402
 from dadt.tensorflow.compression import Compression  # noqa: E402
-from dadt.tensorflow.functions import (DistributedGradientTape, allgather_object,  # noqa: E402
-                                       allreduce_gradients, broadcast_object,
-                                       broadcast_variables)
+from dadt.tensorflow.functions import (allgather_object, allreduce_gradients,  # noqa: E402
+                                       broadcast_global_variables, broadcast_object,
+                                       broadcast_variables, local_rank_op, local_size_op,
+                                       rank_op, size_op)
+from dadt.tensorflow.gradient_tape import (DistributedGradientTape,  # noqa: E402
+                                           PartialDistributedGradientTape)
 from dadt.tensorflow.mpi_ops import (allgather, allreduce, alltoall, barrier,  # noqa: E402
-                                     broadcast, grouped_allreduce, join, reducescatter)
+                                     broadcast, broadcast_, grouped_allgather,
+                                     grouped_allreduce, grouped_reducescatter, join,
+                                     reducescatter)
 
 __all__ = _export_common(globals()) + [
-    "allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
-    "barrier", "join",
-    "Compression", "DistributedGradientTape", "allreduce_gradients", "broadcast_variables",
-    "broadcast_object", "allgather_object",
+    "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
+    "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "barrier", "join",
+    "rank_op", "size_op", "local_rank_op", "local_size_op",
+    "Compression", "DistributedGradientTape", "PartialDistributedGradientTape",
+    "allreduce_gradients", "broadcast_variables", "broadcast_global_variables",
+    "broadcast_object", "allgather_object", "SyncBatchNormalization",
 ]
+
+
+def __getattr__(name):
+    # SyncBatchNormalization imports Keras, which a plain TensorFlow script need not load.
+    if name == "SyncBatchNormalization":
+        from dadt.tensorflow.sync_batch_norm import SyncBatchNormalization
+        return SyncBatchNormalization
+    raise AttributeError("module 'dadt.tensorflow' has no attribute %r" % name)

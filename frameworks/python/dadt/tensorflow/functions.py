@@ -1,4 +1,6 @@
-"""Training helpers for TensorFlow 2: DistributedGradientTape, broadcast_variables and objects.
+"""Training helpers for TensorFlow: broadcast_variables (and broadcast_global_variables for
+tf.compat.v1 graphs), allreduce_gradients (what DistributedGradientTape, in gradient_tape.py, and
+the Keras DistributedOptimizer use), the rank/size ops and pickled objects.
 
 ``broadcast_variables`` is the TF2 replacement of DADT's TF1 ``BroadcastTrainableVariablesHook``
 (and of Horovod's ``BroadcastGlobalVariablesHook``): call it once after the variables exist
@@ -7,20 +9,25 @@
 
 from typing import Any, List, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from dadt.common import array_ops
-from dadt.common.basics import size
+from dadt.common.basics import local_rank, local_size, rank, size
 from dadt.common.util import Average, Sum
 from dadt.tensorflow.compression import Compression
+from dadt.tensorflow.errors import to_tf_error
 from dadt.tensorflow.mpi_ops import broadcast, grouped_allreduce
 
-__all__ = ["broadcast_variables", "broadcast_object", "allgather_object",
-           "DistributedGradientTape", "allreduce_gradients"]
+__all__ = ["broadcast_variables", "broadcast_global_variables", "broadcast_object",
+           "allgather_object", "allreduce_gradients", "rank_op", "size_op", "local_rank_op",
+           "local_size_op"]
 
 
-def broadcast_variables(variables, root_rank: int, name: Optional[str] = None) -> None:
-    """Assigns root rank's value to each variable on every process, eagerly or in a tf.function.
+def broadcast_variables(variables, root_rank: int, name: Optional[str] = None):
+    """Assigns root rank's value to each variable on every process, eagerly or in a graph.
+    Returns None eagerly and in a tf.function (which runs the assignments by itself); in a
+    tf.compat.v1 graph, the op that assigns them all (run it in the Session).
 
     Arguments:
         variables: an iterable of tf.Variable (e.g. ``model.variables``,
@@ -32,13 +39,59 @@ def broadcast_variables(variables, root_rank: int, name: Optional[str] = None) -
     base = array_ops.make_name("broadcast_variables", name)
     if tf.executing_eagerly():
         # Every broadcast in flight at once, then the assignments.
-        handles = [array_ops.broadcast_async(v.numpy(), root_rank, "%s.%d" % (base, i))
-                   for i, v in enumerate(variables)]
-        for v, h in zip(variables, handles):
-            v.assign(array_ops.synchronize(h))
-        return
-    for i, v in enumerate(variables):
-        v.assign(broadcast(v, root_rank, name="%s.%d" % (base, i)))
+        try:
+            handles = [array_ops.broadcast_async(v.numpy(), root_rank, "%s.%d" % (base, i))
+                       for i, v in enumerate(variables)]
+            for v, h in zip(variables, handles):
+                v.assign(array_ops.synchronize(h))
+        except Exception as e:  # noqa: BLE001 - re-raised as its tf.errors class
+            raise to_tf_error(e) from None
+        return None
+    group = tf.group(*[v.assign(broadcast(v, root_rank, name="%s.%d" % (base, i)))
+                       for i, v in enumerate(variables)])
+    # A tf.function runs its assignments by itself (and may not return an Operation).
+    return None if tf.inside_function() else group
+
+
+def broadcast_global_variables(root_rank: int):
+    """Horovod's TF1 helper: broadcasts every global variable of the default graph from root rank
+    and returns the op (run it in a tf.compat.v1 Session). Eagerly there is no such collection;
+    use broadcast_variables(model.variables + optimizer.variables, root_rank)."""
+    if tf.executing_eagerly():
+        raise RuntimeError("broadcast_global_variables() needs graph mode (tf.compat.v1); in "
+                           "eager mode use broadcast_variables(<model and optimizer variables>, "
+                           "root_rank)")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank,
+                               name="broadcast_global_variables")
+
+
+def _geometry_op(fn, name: str) -> tf.Tensor:
+    """An int32 scalar holding fn() (rank, size, ...), read when the op runs."""
+    if tf.executing_eagerly():
+        return tf.constant(fn(), tf.int32)
+    out = tf.numpy_function(lambda: np.int32(fn()), [], tf.int32, stateful=True, name=name)
+    out.set_shape([])
+    return out
+
+
+def rank_op(name: Optional[str] = None) -> tf.Tensor:
+    """This process's rank as an int32 tensor (Horovod's ``rank_op``)."""
+    return _geometry_op(rank, name or "dadt_rank")
+
+
+def size_op(name: Optional[str] = None) -> tf.Tensor:
+    """The number of processes as an int32 tensor."""
+    return _geometry_op(size, name or "dadt_size")
+
+
+def local_rank_op(name: Optional[str] = None) -> tf.Tensor:
+    """This process's rank on its host as an int32 tensor."""
+    return _geometry_op(local_rank, name or "dadt_local_rank")
+
+
+def local_size_op(name: Optional[str] = None) -> tf.Tensor:
+    """The number of processes on this host as an int32 tensor."""
+    return _geometry_op(local_size, name or "dadt_local_size")
 
 
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
@@ -53,19 +106,21 @@ def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
 
 def allreduce_gradients(grads, compression=Compression.none, op=Average,
                         gradient_predivide_factor: float = 1.0,
-                        name: Optional[str] = None) -> List[Any]:
+                        name: Optional[str] = None, sparse_as_dense: bool = False) -> List[Any]:
     """Reduces a list of gradients (None entries pass through) as one grouped allreduce.
-    Sparse gradients (tf.IndexedSlices) are reduced dense. With ``op=Average`` and a
+    Sparse gradients (tf.IndexedSlices) have their rows allgathered (see `allreduce`), or are
+    made dense first with ``sparse_as_dense=True``. With ``op=Average`` and a
     ``gradient_predivide_factor`` f, gradients are divided by f before the sum and by size/f
     after."""
     if op not in (Average, Sum):
         raise ValueError("gradients are reduced with op=Average or op=Sum, got op=%r" % (op,))
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor needs op=Average")
-    grads = list(grads)
+    grads = [tf.convert_to_tensor(g) if sparse_as_dense and isinstance(g, tf.IndexedSlices) else g
+             for g in grads]
     present = [i for i, g in enumerate(grads) if g is not None]
     if not present or size() == 1 and op == Average and gradient_predivide_factor == 1.0:
-        return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        return grads
     prescale, postscale, reduce_op = 1.0, 1.0, op
     if gradient_predivide_factor != 1.0:
         prescale = 1.0 / gradient_predivide_factor
@@ -78,42 +133,3 @@ def allreduce_gradients(grads, compression=Compression.none, op=Average,
     for i, r in zip(present, reduced):
         out[i] = r
     return out
-
-
-class DistributedGradientTape(tf.GradientTape):
-    """A tf.GradientTape whose ``gradient()`` averages the gradients across processes.
-
-    .. code-block:: python
-
-        with tf.GradientTape() as tape:
-            loss = loss_fn(model(x), y)
-        tape = dadt.DistributedGradientTape(tape)
-        grads = tape.gradient(loss, model.trainable_variables)
-
-    The gradients of one call travel as one grouped (fused) allreduce.
-
-    Arguments:
-        gradtape: the tf.GradientTape that recorded the forward pass.
-        device_dense, device_sparse: accepted for Horovod compatibility (CPU only).
-        compression: Compression.none (default) or Compression.fp16.
-        sparse_as_dense: accepted for Horovod compatibility; sparse gradients are always
-            reduced dense.
-        op: Average (default) or Sum.
-        gradient_predivide_factor: see `allreduce_gradients`.
-    """
-
-    def __init__(self, gradtape, device_dense="", device_sparse="", compression=Compression.none,
-                 sparse_as_dense=True, op=Average, gradient_predivide_factor=1.0):
-        # No super().__init__(): this tape takes over the recorded state of `gradtape`.
-        self.__dict__.update(gradtape.__dict__)
-        self._dadt_compression = compression
-        self._dadt_op = op
-        self._dadt_predivide = gradient_predivide_factor
-
-    def gradient(self, target, sources, output_gradients=None,
-                 unconnected_gradients=tf.UnconnectedGradients.NONE):
-        grads = super().gradient(target, sources, output_gradients, unconnected_gradients)
-        flat = tf.nest.flatten(grads, expand_composites=False)
-        reduced = allreduce_gradients(flat, self._dadt_compression, self._dadt_op,
-                                      self._dadt_predivide)
-        return tf.nest.pack_sequence_as(grads, reduced)

@@ -4,18 +4,19 @@ How a collective runs:
 
 * eagerly, the tensor's CPU buffer is read as a NumPy array (no copy) and handed to the runtime
   through dadt.common.array_ops; the result becomes a new tf.Tensor;
-* inside a tf.function (graph mode), the same Python code runs as a ``tf.numpy_function`` op
-  marked stateful. No custom TensorFlow kernel is compiled, so one build of dadt serves every
-  TensorFlow version; tf.function's automatic control dependencies run stateful ops in program
-  order, so every rank submits its collectives in the order they were written. Names (generated
-  when None) are fixed when the function is traced, identically on every rank.
+* inside a graph (tf.function, tf.compat.v1 Session.run), as three ops: a ``tf.numpy_function``
+  that submits, ``DadtAwait`` (a TensorFlow asynchronous kernel that waits without holding a
+  TensorFlow thread) and a ``tf.numpy_function`` that takes the result
+  (dadt/tensorflow/graph_ops.py).
+  Names (generated when None) are fixed when the graph is built, identically on every rank.
 
 Gradients follow Horovod: allreduce's gradient is an allreduce, allgather's is this rank's
-slice of an averaged gradient, broadcast's is an average that only root rank keeps, alltoall's
-is the reverse alltoall and reducescatter's is an allgather.
+slice of an averaged gradient, broadcast's is an average that only root rank keeps (every rank
+computes it), alltoall's is the reverse alltoall and reducescatter's is an allgather (times the
+number of processes for Sum).
 
-In graph mode an error (a mismatch across ranks, say) reaches the caller as a
-``tf.errors.OpError`` carrying dadt's message; eagerly it is dadt's own exception type.
+Errors are TensorFlow's classes in both modes (dadt/tensorflow/errors.py): a mismatch across
+ranks raises tf.errors.FailedPreconditionError, bad input tf.errors.InvalidArgumentError.
 """
 
 from typing import Any, Callable, List, Optional, Sequence
@@ -27,10 +28,13 @@ from dadt.common import array_ops, dlpack
 from dadt.common.basics import rank, size
 from dadt.common.util import (Adasum, Average, Max, Min, Product, Sum,
                               handle_average_backwards_compatibility)
+from dadt.tensorflow import graph_ops
 from dadt.tensorflow.compression import Compression
+from dadt.tensorflow.errors import to_tf_error
 
 __all__ = ["Average", "Sum", "Adasum", "Min", "Max", "Product", "allreduce", "grouped_allreduce",
-           "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "join"]
+           "allgather", "grouped_allgather", "broadcast", "broadcast_", "alltoall",
+           "reducescatter", "grouped_reducescatter", "barrier", "join"]
 
 
 try:  # whether a GradientTape is active (TensorFlow's own check; private, so guarded)
@@ -43,6 +47,8 @@ except ImportError:  # pragma: no cover - depends on the TensorFlow version
 def _as_tensor(tensor: Any, name: str) -> tf.Tensor:
     if not isinstance(tensor, tf.Tensor):  # a tf.Variable is read here; gradients flow through
         tensor = tf.convert_to_tensor(tensor)
+    if tensor.dtype != tensor.dtype.base_dtype:  # a TF1 RefVariable's value: read it
+        tensor = tf.identity(tensor)
     if tensor.dtype.name not in dlpack.SUPPORTED_DTYPE_NAMES:
         raise ValueError("tensor '%s' has dtype %s, which dadt does not support; use one of %s"
                          % (name, tensor.dtype.name, ", ".join(dlpack.SUPPORTED_DTYPE_NAMES)))
@@ -64,17 +70,20 @@ def _to_tensor(array: np.ndarray) -> tf.Tensor:
     return tf.convert_to_tensor(array)
 
 
-def _run(fn: Callable[..., List[np.ndarray]], inputs: Sequence[tf.Tensor],
-         dtypes: Sequence[tf.DType], shapes: Sequence[tf.TensorShape]) -> List[tf.Tensor]:
-    """Runs ``fn`` (NumPy arrays in, a list of NumPy arrays out) on ``inputs``: directly when
-    executing eagerly, as a stateful tf.numpy_function inside a graph."""
+def _run(submit: Callable[..., int], result: Callable[[Any], List[np.ndarray]],
+         names: Sequence[str], inputs: Sequence[tf.Tensor], dtypes: Sequence[tf.DType],
+         shapes: Sequence[tf.TensorShape]) -> List[tf.Tensor]:
+    """Runs one collective on ``inputs``: ``submit`` (NumPy arrays -> array_ops handle) enqueues
+    it, ``result`` turns array_ops.synchronize's value into the list of output arrays. Eagerly
+    it runs now; inside a graph it becomes submit -> await -> take (graph_ops). ``names`` are
+    the collective's runtime names."""
     if tf.executing_eagerly():
-        return [_to_tensor(out) for out in fn(*[_host_array(t) for t in inputs])]
-    outs = tf.numpy_function(lambda *arrays: fn(*arrays), list(inputs), list(dtypes),
-                             stateful=True, name="dadt")
-    for out, shape in zip(outs, shapes):
-        out.set_shape(shape)
-    return list(outs)
+        try:
+            value = array_ops.synchronize(submit(*[_host_array(t) for t in inputs]))
+        except Exception as e:  # noqa: BLE001 - re-raised as its tf.errors class
+            raise to_tf_error(e) from None
+        return [_to_tensor(out) for out in result(value)]
+    return graph_ops.run(submit, result, names, inputs, dtypes, shapes)
 
 
 def _differentiable(forward: Callable[..., Any], backward: Callable[..., Any], *xs: tf.Tensor):
@@ -109,7 +118,8 @@ def _grouped(tensors: List[tf.Tensor], name: Optional[str], op: int, prescale: f
     base = array_ops.make_name("grouped_allreduce", name)
 
     def forward(*xs):
-        return _run(lambda *a: array_ops.grouped_allreduce(a, base, op, prescale, postscale),
+        return _run(lambda *a: array_ops.grouped_allreduce_async(a, base, op, prescale, postscale),
+                    list, ["%s.%d" % (base, i) for i in range(len(xs))],
                     xs, [x.dtype for x in xs], [x.shape for x in xs])
 
     def backward(*dys):
@@ -123,8 +133,8 @@ def _allreduce(tensor: tf.Tensor, name: Optional[str], op: int, prescale: float,
     name = array_ops.make_name("allreduce", name)
 
     def forward(x):
-        return _run(lambda a: [array_ops.allreduce(a, name, op, prescale, postscale)], [x],
-                    [x.dtype], [x.shape])[0]
+        return _run(lambda a: array_ops.allreduce_async(a, name, op, prescale, postscale),
+                    lambda r: [r], [name], [x], [x.dtype], [x.shape])[0]
 
     def backward(dy):
         _check_differentiable(op)
@@ -132,9 +142,26 @@ def _allreduce(tensor: tf.Tensor, name: Optional[str], op: int, prescale: float,
     return _differentiable(forward, backward, tensor)
 
 
+def _sparse_allreduce(slices: tf.IndexedSlices, name: Optional[str], op: int, prescale: float,
+                      postscale: float) -> tf.IndexedSlices:
+    """Horovod's reduction of a sparse gradient: every rank's rows (values and indices) are
+    allgathered; rows that repeat are summed when the slices are applied. Average divides the
+    values by the number of processes."""
+    if op not in (Average, Sum):
+        raise NotImplementedError("a tf.IndexedSlices is reduced with op=Average or op=Sum (its "
+                                  "rows are allgathered), not op=%r" % (op,))
+    base = array_ops.make_name("allreduce", name)
+    values = allgather(slices.values, name=base + ".values")
+    indices = allgather(slices.indices, name=base + ".indices")
+    scale = prescale * postscale / (size() if op == Average else 1)
+    if scale != 1:
+        values = values * tf.cast(scale, values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
 def allreduce(tensor, average=None, device_dense="", device_sparse="",
               compression=Compression.none, op=None, prescale_factor=1.0, postscale_factor=1.0,
-              name=None) -> tf.Tensor:
+              name=None):
     """Reduces a tensor over all dadt processes; the input is not modified.
 
     The reduction is keyed by ``name`` (generated when None); every rank must submit a tensor of
@@ -142,7 +169,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     op (Average or Sum).
 
     Arguments:
-        tensor: a tf.Tensor, tf.Variable or tf.IndexedSlices (reduced dense).
+        tensor: a tf.Tensor, tf.Variable or tf.IndexedSlices (whose values and indices are
+            allgathered, as Horovod does; the result is a tf.IndexedSlices).
         average: deprecated; use ``op``.
         device_dense, device_sparse: accepted for Horovod compatibility; CPU only.
         compression: Compression.none or Compression.fp16 (floats travel as float16).
@@ -154,6 +182,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         A tensor of the same shape and dtype, reduced across all processes.
     """
     op = handle_average_backwards_compatibility(op, average)
+    if isinstance(tensor, tf.IndexedSlices):
+        return _sparse_allreduce(tensor, name, op, prescale_factor, postscale_factor)
     t = _as_tensor(tensor, name or "allreduce")
     compressed, ctx = compression.compress(t)
     return compression.decompress(_allreduce(compressed, name, op, prescale_factor,
@@ -162,21 +192,46 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
 
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, name=None) -> List[tf.Tensor]:
+                      postscale_factor=1.0, name=None) -> List[Any]:
     """Reduces a list of tensors as one fused collective (members are named ``'<name>.<i>'``).
-    Arguments are those of `allreduce`; returns the list of reduced tensors."""
+    Arguments are those of `allreduce`; returns the list of reduced tensors. tf.IndexedSlices
+    members are allgathered (see `allreduce`), the dense ones reduced together."""
     op = handle_average_backwards_compatibility(op, average)
-    ts = [_as_tensor(t, "%s.%d" % (name or "grouped_allreduce", i)) for i, t in enumerate(tensors)]
-    if not ts:
+    tensors = list(tensors)
+    if not tensors:
         raise ValueError("grouped allreduce needs at least one tensor")
-    pairs = [compression.compress(t) for t in ts]
-    reduced = _grouped([c for c, _ in pairs], name, op, prescale_factor, postscale_factor)
-    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, pairs)]
+    base = array_ops.make_name("grouped_allreduce", name)
+    out: List[Any] = [None] * len(tensors)
+    dense = []
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            out[i] = _sparse_allreduce(t, "%s.sparse.%d" % (base, i), op, prescale_factor,
+                                       postscale_factor)
+        else:
+            dense.append(i)
+    if dense:
+        ts = [_as_tensor(tensors[i], "%s.%d" % (base, i)) for i in dense]
+        pairs = [compression.compress(t) for t in ts]
+        reduced = _grouped([c for c, _ in pairs], base, op, prescale_factor, postscale_factor)
+        for i, r, (_, ctx) in zip(dense, reduced, pairs):
+            out[i] = compression.decompress(r, ctx)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
 # allgather, broadcast, alltoall, reducescatter
 # ----------------------------------------------------------------------------------------------
+
+def _allgather_backward(x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
+    """This rank's rows of the averaged gradient of an allgather of ``x``."""
+    reduced = _allreduce(tf.convert_to_tensor(dy), None, Average, 1.0, 1.0)
+    if not x.shape.rank:
+        return reduced[rank()]
+    rows = tf.shape(x, out_type=tf.int64)[:1]
+    counts = allgather(rows)
+    start = tf.reduce_sum(counts[:rank()])
+    return reduced[start:start + rows[0]]
+
 
 def allgather(tensor, name=None) -> tf.Tensor:
     """Concatenates the tensor of every process on the first dimension (which may differ across
@@ -186,48 +241,77 @@ def allgather(tensor, name=None) -> tf.Tensor:
     t = _as_tensor(tensor, name)
 
     def forward(x):
-        return _run(lambda a: [array_ops.allgather(a, name)], [x], [x.dtype],
-                    [_rows_unknown(x.shape)])[0]
+        return _run(lambda a: array_ops.allgather_async(a, name), lambda r: [r], [name], [x],
+                    [x.dtype], [_rows_unknown(x.shape)])[0]
+    return _differentiable(forward, lambda dy: _allgather_backward(t, dy), t)
 
-    def backward(dy):
-        reduced = _allreduce(tf.convert_to_tensor(dy), None, Average, 1.0, 1.0)
-        if not t.shape.rank:
-            return reduced[rank()]
-        rows = tf.shape(t, out_type=tf.int64)[:1]
-        counts = allgather(rows)
-        start = tf.reduce_sum(counts[:rank()])
-        return reduced[start:start + rows[0]]
-    return _differentiable(forward, backward, t)
+
+def grouped_allgather(tensors, name=None) -> List[tf.Tensor]:
+    """Allgathers a list of tensors in one step (members are named ``'<name>.<i>'``); each
+    result is that of `allgather`. Differentiable."""
+    base = array_ops.make_name("grouped_allgather", name)
+    ts = [_as_tensor(t, "%s.%d" % (base, i)) for i, t in enumerate(tensors)]
+    if not ts:
+        raise ValueError("grouped allgather needs at least one tensor")
+
+    def forward(*xs):
+        return _run(lambda *a: array_ops.grouped_allgather_async(a, base), list,
+                    ["%s.%d" % (base, i) for i in range(len(xs))], xs, [x.dtype for x in xs],
+                    [_rows_unknown(x.shape) for x in xs])
+
+    def backward(*dys):
+        return [_allgather_backward(x, dy) for x, dy in zip(ts, dys)]
+    return list(_differentiable(forward, backward, *ts))
 
 
 def broadcast(tensor, root_rank, name=None) -> tf.Tensor:
     """Returns root rank's value of the tensor on every process; the input is not modified.
-    Differentiable: root rank receives the average of every rank's gradient, others zero."""
+    Differentiable: root rank receives the average of every rank's gradient, others zero (every
+    rank takes part in the averaging, so that the collective completes)."""
     name = array_ops.make_name("broadcast", name)
 
     def forward(x):
-        return _run(lambda a: [array_ops.broadcast(a, root_rank, name)], [x], [x.dtype],
-                    [x.shape])[0]
+        return _run(lambda a: array_ops.broadcast_async(a, root_rank, name), lambda r: [r],
+                    [name], [x], [x.dtype], [x.shape])[0]
 
     def backward(dy):
         reduced = _allreduce(tf.convert_to_tensor(dy), None, Average, 1.0, 1.0)
-        return reduced if rank() == root_rank else tf.zeros_like(reduced)
+        if rank() == root_rank:
+            return reduced
+        # The zeros depend on the allreduce: without it a graph would prune the allreduce on
+        # the non-root ranks and root rank would wait for it forever.
+        with tf.control_dependencies([reduced]):
+            return tf.identity(tf.zeros_like(dy))
     return _differentiable(forward, backward, _as_tensor(tensor, name))
+
+
+def broadcast_(variables, root_rank, name=None):
+    """Assigns root rank's value to each variable in place (Horovod's ``broadcast_``); returns the
+    variables (a list when given a list or tuple, else the one variable)."""
+    from dadt.tensorflow.functions import broadcast_variables
+    single = not isinstance(variables, (list, tuple))
+    items = [variables] if single else list(variables)
+    op = broadcast_variables(items, root_rank, name=name)
+    if op is not None:  # graph mode: the results are read after the assignments
+        with tf.control_dependencies([op]):
+            items = [tf.identity(v) for v in items]
+    return items[0] if single else items
 
 
 def alltoall(tensor, splits=None, name=None):
     """Sends ``splits[i]`` rows of the tensor to rank i (equal parts when None) and returns the
     rows received, in rank order; with ``splits`` given, returns (output, received_splits).
-    Differentiable: the gradient is the reverse alltoall."""
+    Differentiable: the gradient is the reverse alltoall. Invalid splits raise
+    tf.errors.InvalidArgumentError."""
     name = array_ops.make_name("alltoall", name)
     split_list = None if splits is None else tf.convert_to_tensor(splits, dtype=tf.int32)
     received = []
 
     def forward(x):
-        def fn(a, *s):
-            return list(array_ops.alltoall(a, s[0] if s else None, name))
+        def submit(a, *s):
+            return array_ops.alltoall_async(a, s[0] if s else None, name)
         inputs = [x] if split_list is None else [x, split_list]
-        out, got = _run(fn, inputs, [x.dtype, tf.int32],
+        out, got = _run(submit, list, [name], inputs, [x.dtype, tf.int32],
                         [_rows_unknown(x.shape), tf.TensorShape([None])])
         received.append(got)
         return out
@@ -239,22 +323,49 @@ def alltoall(tensor, splits=None, name=None):
     return out if splits is None else (out, received[0])
 
 
+def _reducescatter_scale(op: int, prescale: float, postscale: float) -> float:
+    # Horovod's gradient: allgather(dy), times the number of processes for Sum.
+    return prescale * postscale * (size() if op == Sum else 1)
+
+
 def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces the tensor over all processes and returns this rank's block of rows (lower ranks
     get one more row when the first dimension does not divide evenly). Differentiable: the
-    gradient is an allgather, scaled like the forward pass."""
+    gradient is an allgather (times the number of processes for op=Sum, as Horovod's)."""
     name = array_ops.make_name("reducescatter", name)
-    scale = prescale_factor * postscale_factor / (size() if op == Average else 1)
+    scale = _reducescatter_scale(op, prescale_factor, postscale_factor)
 
     def forward(x):
-        return _run(lambda a: [array_ops.reducescatter(a, name, op, prescale_factor,
-                                                       postscale_factor)],
-                    [x], [x.dtype], [_rows_unknown(x.shape)])[0]
+        return _run(lambda a: array_ops.reducescatter_async(a, name, op, prescale_factor,
+                                                            postscale_factor),
+                    lambda r: [r], [name], [x], [x.dtype], [_rows_unknown(x.shape)])[0]
 
     def backward(dy):
         gathered = allgather(tf.convert_to_tensor(dy))
         return gathered * tf.cast(scale, gathered.dtype) if scale != 1 else gathered
     return _differentiable(forward, backward, _as_tensor(tensor, name))
+
+
+def grouped_reducescatter(tensors, name=None, op=Average, prescale_factor=1.0,
+                          postscale_factor=1.0) -> List[tf.Tensor]:
+    """Reducescatters a list of tensors in one step (members are named ``'<name>.<i>'``); each
+    result is that of `reducescatter`. Differentiable."""
+    base = array_ops.make_name("grouped_reducescatter", name)
+    ts = [_as_tensor(t, "%s.%d" % (base, i)) for i, t in enumerate(tensors)]
+    if not ts:
+        raise ValueError("grouped reducescatter needs at least one tensor")
+    scale = _reducescatter_scale(op, prescale_factor, postscale_factor)
+
+    def forward(*xs):
+        return _run(lambda *a: array_ops.grouped_reducescatter_async(
+            a, base, op, prescale_factor, postscale_factor), list,
+            ["%s.%d" % (base, i) for i in range(len(xs))], xs, [x.dtype for x in xs],
+            [_rows_unknown(x.shape) for x in xs])
+
+    def backward(*dys):
+        gathered = grouped_allgather([tf.convert_to_tensor(d) for d in dys])
+        return [g * tf.cast(scale, g.dtype) if scale != 1 else g for g in gathered]
+    return list(_differentiable(forward, backward, *ts))
 
 
 def barrier() -> None:

@@ -27,7 +27,7 @@ from dadt.torch.collectives import (allgather, allreduce, alltoall, broadcast, g
 from dadt.torch.compression import Compression
 from dadt.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                                   broadcast_parameters, sparse_allreduce_async)
-from dadt.torch.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather_async,
+from dadt.torch.async_collectives import (Adasum, Average, Max, Min, Product, Sum, allgather_async,
                                 allreduce_, allreduce_async, allreduce_async_, alltoall_async,
                                 barrier, broadcast_, broadcast_async, broadcast_async_,
                                 grouped_allreduce_, grouped_allreduce_async,

@@ -3,14 +3,14 @@
 Each function blocks until the collective completes and returns a new tensor; gradients flow
 through them (allreduce's gradient is an allreduce, allgather's a slice of an allreduce, and so
 on), so they can sit inside a model's forward pass. The asynchronous and in-place forms are in
-``dadt.torch.mpi_ops``.
+``dadt.torch.async_collectives``.
 """
 
 import torch
 
 from dadt.common.basics import rank, size
 from dadt.common.util import Average, Sum, handle_average_backwards_compatibility
-from dadt.torch import mpi_ops
+from dadt.torch import async_collectives
 from dadt.torch.compression import Compression
 from dadt.torch.handles import synchronize
 
@@ -22,7 +22,7 @@ class _Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
         ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
-        return synchronize(mpi_ops.allreduce_async(tensor, name=name, op=op,
+        return synchronize(async_collectives.allreduce_async(tensor, name=name, op=op,
                                                    prescale_factor=prescale_factor,
                                                    postscale_factor=postscale_factor))
 
@@ -75,7 +75,7 @@ class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
         ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
-        return tuple(synchronize(mpi_ops.grouped_allreduce_async(
+        return tuple(synchronize(async_collectives.grouped_allreduce_async(
             list(tensors), name=name, op=op, prescale_factor=prescale_factor,
             postscale_factor=postscale_factor)))
 
@@ -109,7 +109,7 @@ class _Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name):
         ctx.dim = tensor.shape[0] if tensor.dim() > 0 else 1
-        return synchronize(mpi_ops.allgather_async(tensor, name))
+        return synchronize(async_collectives.allgather_async(tensor, name))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -148,7 +148,7 @@ class _GroupedAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, *tensors):
         ctx.dims = [t.shape[0] if t.dim() > 0 else 1 for t in tensors]
-        return tuple(synchronize(mpi_ops.grouped_allgather_async(list(tensors), name)))
+        return tuple(synchronize(async_collectives.grouped_allgather_async(list(tensors), name)))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
@@ -173,7 +173,7 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name):
         ctx.root_rank = root_rank
-        return synchronize(mpi_ops.broadcast_async(tensor, root_rank, name))
+        return synchronize(async_collectives.broadcast_async(tensor, root_rank, name))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -211,7 +211,7 @@ def broadcast(tensor, root_rank, name=None) -> torch.Tensor:
 class _Alltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name):
-        output, received_splits = synchronize(mpi_ops.alltoall_async(tensor, splits, name))
+        output, received_splits = synchronize(async_collectives.alltoall_async(tensor, splits, name))
         ctx.received_splits = received_splits
         ctx.mark_non_differentiable(received_splits)
         return output, received_splits
@@ -262,7 +262,7 @@ class _Reducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
         ctx.scale = _reducescatter_grad_scale(op, prescale_factor, postscale_factor)
-        return synchronize(mpi_ops.reducescatter_async(tensor, name, op, prescale_factor,
+        return synchronize(async_collectives.reducescatter_async(tensor, name, op, prescale_factor,
                                                        postscale_factor))
 
     @staticmethod
@@ -309,7 +309,7 @@ class _GroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
         ctx.scale = _reducescatter_grad_scale(op, prescale_factor, postscale_factor)
-        return tuple(synchronize(mpi_ops.grouped_reducescatter_async(
+        return tuple(synchronize(async_collectives.grouped_reducescatter_async(
             list(tensors), name, op, prescale_factor, postscale_factor)))
 
     @staticmethod

@@ -11,7 +11,7 @@ from dadt.common.basics import rank, size
 from dadt.common.util import Average, Sum
 from dadt.torch.collectives import allgather
 from dadt.torch.handles import auto_name, synchronize
-from dadt.torch.mpi_ops import allgather_async, broadcast_, broadcast_async_
+from dadt.torch.async_collectives import allgather_async, broadcast_, broadcast_async_
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
            "allgather_object"]

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from dadt.common.basics import rank, size
 from dadt.common.util import Sum
-from dadt.torch import mpi_ops
+from dadt.torch import async_collectives
 from dadt.torch.handles import synchronize
 
 __all__ = ["SyncBatchNorm"]
@@ -31,11 +31,11 @@ class _GatherStats(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, row):
-        return synchronize(mpi_ops.allgather_async(row))
+        return synchronize(async_collectives.allgather_async(row))
 
     @staticmethod
     def backward(ctx, grad):
-        summed = synchronize(mpi_ops.allreduce_async(grad.contiguous(), op=Sum))
+        summed = synchronize(async_collectives.allreduce_async(grad.contiguous(), op=Sum))
         return summed[rank()].unsqueeze(0)
 
 

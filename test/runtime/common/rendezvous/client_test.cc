@@ -11,12 +11,16 @@
 #include <thread>
 
 #include "runtime/common/rendezvous/protocol.h"
-#include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/net/socket.h"
 
 namespace dadt {
 namespace rendezvous {
 namespace {
 
+using net::Clock;
+using net::ListenTcp;
+using net::RecvAll;
+using net::SendAll;
 using std::chrono::milliseconds;
 
 // Accepts one connection and answers each request with kNotFound until `found_after` requests

@@ -9,7 +9,7 @@ state does not move); ``synchronize()`` applies the pending average, so no gradi
 from dadt.common.basics import rank
 from dadt.torch.functions import broadcast_object
 from dadt.torch.handles import synchronize
-from dadt.torch.mpi_ops import allreduce_async_
+from dadt.torch.async_collectives import allreduce_async_
 from dadt.torch.training_modes.bucket_engine import BucketEngine
 from dadt.torch.training_modes.engine import PENDING_KEY
 

@@ -12,7 +12,7 @@ import torch
 
 from dadt.common.basics import rank, size
 from dadt.torch.handles import poll, synchronize
-from dadt.torch.mpi_ops import allgather_async, reducescatter_async
+from dadt.torch.async_collectives import allgather_async, reducescatter_async
 from dadt.torch.training_modes.bucket_engine import BucketEngine
 from dadt.torch.training_modes.buckets import shard_rows
 from dadt.torch.training_modes.engine import warn_dropped_pending

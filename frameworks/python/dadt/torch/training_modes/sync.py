@@ -16,7 +16,7 @@ from dadt.common.basics import size
 from dadt.common.util import Average, split_list
 from dadt.torch.functions import broadcast_object
 from dadt.torch.handles import synchronize
-from dadt.torch.mpi_ops import allgather_async, allreduce_async_, grouped_allreduce_async_
+from dadt.torch.async_collectives import allgather_async, allreduce_async_, grouped_allreduce_async_
 from dadt.torch.training_modes.engine import ModeEngine, warn_dropped_pending
 
 

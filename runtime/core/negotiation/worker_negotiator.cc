@@ -1,4 +1,4 @@
-#include "runtime/core/worker_negotiator.h"
+#include "runtime/core/negotiation/worker_negotiator.h"
 
 #include <utility>
 

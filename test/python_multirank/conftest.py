@@ -1,6 +1,6 @@
 """Collective test suite for dadt.torch, run by every rank under the launcher.
 
-    dadtrun --gloo -np N python -m pytest -q -p no:cacheprovider test/python      # N = 1, 2, 3, 4
+    dadtrun --gloo -np N python -m pytest -q -p no:cacheprovider test/python_multirank      # N = 1, 2, 3, 4
 
 Rules every test in this folder follows, so that one failing rank never leaves the others hanging:
 - every rank collects and runs the same tests in the same order (skips depend on size() only);

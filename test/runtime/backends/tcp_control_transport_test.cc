@@ -1,10 +1,10 @@
-// ControlChannel (runtime/core/control_channel.h): the coordinator's star of TCP connections,
+// TcpControlTransport (runtime/backends/tcp/tcp_control_transport.h): the coordinator's star of TCP connections,
 // with ranks as threads on loopback and an in-memory rendezvous store. Covers: every worker's
 // frames reach the coordinator tagged with its rank and a broadcast reaches every worker; frames
 // keep their boundaries and order (empty and large ones included); a wrong secret is not let in;
 // a start-up timeout names the missing ranks; a closed peer is reported by rank, after the frames
 // it sent before closing; a bad bind address is refused.
-#include "runtime/core/control_channel.h"
+#include "runtime/backends/tcp/tcp_control_transport.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -24,7 +24,8 @@
 #include "test/runtime/backends/in_memory_kv_store.h"
 
 namespace dadt {
-namespace core {
+namespace backends {
+namespace tcp {
 namespace {
 
 using testutil::InMemoryKeyValueStore;
@@ -32,14 +33,14 @@ using Frames = std::vector<std::pair<int, std::string>>;
 constexpr std::chrono::milliseconds kGenerous(30000);  // only to turn a hang into a failure
 constexpr char kSecret[] = "s3cret";
 
-StatusOr<std::unique_ptr<ControlChannel>> Connect(int rank, int size, KeyValueStore* store,
+StatusOr<std::unique_ptr<TcpControlTransport>> Connect(int rank, int size, KeyValueStore* store,
                                                   const std::string& secret = kSecret,
                                                   std::chrono::milliseconds timeout = kGenerous) {
-  return ControlChannel::Create(rank, size, store, "127.0.0.1", secret, timeout);
+  return TcpControlTransport::Create(rank, size, store, "127.0.0.1", secret, timeout);
 }
 
 // Reads until `want` frames arrived in all (or the channel failed); returns ReadAvailable's status.
-Status ReadFrames(ControlChannel& ch, size_t want, Frames* out) {
+Status ReadFrames(TcpControlTransport& ch, size_t want, Frames* out) {
   const auto deadline = std::chrono::steady_clock::now() + kGenerous;
   while (out->size() < want) {
     if (std::chrono::steady_clock::now() > deadline) return TimeoutError("frames never arrived");
@@ -53,9 +54,9 @@ Status ReadFrames(ControlChannel& ch, size_t want, Frames* out) {
 }
 
 // Reads until the channel reports a closed peer (the frames before it land in `out`).
-Status ReadUntilClosed(ControlChannel& ch, Frames* out) { return ReadFrames(ch, SIZE_MAX, out); }
+Status ReadUntilClosed(TcpControlTransport& ch, Frames* out) { return ReadFrames(ch, SIZE_MAX, out); }
 
-TEST(ControlChannel, SingleRankNeedsNoSockets) {
+TEST(TcpControlTransport, SingleRankNeedsNoSockets) {
   InMemoryKeyValueStore store;
   auto ch = Connect(0, 1, &store);
   ASSERT_TRUE(ch.ok()) << ch.status().ToString();
@@ -64,9 +65,9 @@ TEST(ControlChannel, SingleRankNeedsNoSockets) {
   EXPECT_EQ(store.size(), 0u);
 }
 
-class ControlChannelStarTest : public ::testing::TestWithParam<int> {};
+class TcpControlTransportStarTest : public ::testing::TestWithParam<int> {};
 
-TEST_P(ControlChannelStarTest, WorkersReachTheCoordinatorByRankAndBroadcastsReachEveryWorker) {
+TEST_P(TcpControlTransportStarTest, WorkersReachTheCoordinatorByRankAndBroadcastsReachEveryWorker) {
   const int n = GetParam();
   InMemoryKeyValueStore store;
   // Nobody closes before the coordinator read everything (a close is reported as an error).
@@ -77,7 +78,7 @@ TEST_P(ControlChannelStarTest, WorkersReachTheCoordinatorByRankAndBroadcastsReac
     threads.emplace_back([&, rank] {
       auto ch = Connect(rank, n, &store);
       ASSERT_TRUE(ch.ok()) << "rank " << rank << ": " << ch.status().ToString();
-      ControlChannel& c = **ch;
+      TcpControlTransport& c = **ch;
       EXPECT_EQ(c.geometry().rank, rank);
       if (rank == 0) {
         EXPECT_EQ(c.fds().size(), static_cast<size_t>(n - 1));
@@ -106,9 +107,9 @@ TEST_P(ControlChannelStarTest, WorkersReachTheCoordinatorByRankAndBroadcastsReac
   for (auto& t : threads) t.join();
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ControlChannelStarTest, ::testing::Values(2, 3, 4, 7));
+INSTANTIATE_TEST_SUITE_P(Ranks, TcpControlTransportStarTest, ::testing::Values(2, 3, 4, 7));
 
-TEST(ControlChannel, FramesKeepTheirBoundariesAndOrder) {
+TEST(TcpControlTransport, FramesKeepTheirBoundariesAndOrder) {
   InMemoryKeyValueStore store;
   std::vector<std::string> sent;
   for (int i = 0; i < 200; ++i) sent.push_back(std::string((i * 37) % 5000, static_cast<char>('a' + i % 26)));
@@ -136,7 +137,7 @@ TEST(ControlChannel, FramesKeepTheirBoundariesAndOrder) {
   worker.join();
 }
 
-TEST(ControlChannel, WrongSecretIsNotLetIn) {
+TEST(TcpControlTransport, WrongSecretIsNotLetIn) {
   InMemoryKeyValueStore store;
   std::thread intruder([&] {
     auto ch = Connect(1, 2, &store, "guess");
@@ -149,7 +150,7 @@ TEST(ControlChannel, WrongSecretIsNotLetIn) {
   EXPECT_NE(ch.status().message().find("rank(s) 1 "), std::string::npos) << ch.status().message();
 }
 
-TEST(ControlChannel, StartupTimeoutNamesTheMissingRanks) {
+TEST(TcpControlTransport, StartupTimeoutNamesTheMissingRanks) {
   InMemoryKeyValueStore store;
   std::promise<void> coordinator_done;
   std::thread rank1([&] {
@@ -166,14 +167,14 @@ TEST(ControlChannel, StartupTimeoutNamesTheMissingRanks) {
       << ch.status().message();
 }
 
-TEST(ControlChannel, WorkerWithoutACoordinatorTimesOut) {
+TEST(TcpControlTransport, WorkerWithoutACoordinatorTimesOut) {
   InMemoryKeyValueStore store;
   auto ch = Connect(1, 2, &store, kSecret, std::chrono::milliseconds(100));
   ASSERT_FALSE(ch.ok());
   EXPECT_EQ(ch.status().code(), StatusCode::kTimeout);
 }
 
-TEST(ControlChannel, ClosedWorkerIsReportedByRankAfterItsLastFrames) {
+TEST(TcpControlTransport, ClosedWorkerIsReportedByRankAfterItsLastFrames) {
   InMemoryKeyValueStore store;
   std::promise<void> coordinator_done;
   std::thread rank1([&] {
@@ -201,7 +202,7 @@ TEST(ControlChannel, ClosedWorkerIsReportedByRankAfterItsLastFrames) {
   EXPECT_EQ(got[0], std::make_pair(2, std::string("last words")));
 }
 
-TEST(ControlChannel, LostCoordinatorIsReportedToTheWorkerAfterItsLastFrames) {
+TEST(TcpControlTransport, LostCoordinatorIsReportedToTheWorkerAfterItsLastFrames) {
   InMemoryKeyValueStore store;
   std::thread coordinator([&] {
     auto ch = Connect(0, 2, &store);
@@ -254,7 +255,7 @@ bool ClosedByPeer(int fd) {
   return recv(fd, &c, 1, 0) == 0;
 }
 
-TEST(ControlChannel, SecondConnectionClaimingARankIsShutOut) {
+TEST(TcpControlTransport, SecondConnectionClaimingARankIsShutOut) {
   InMemoryKeyValueStore store;
   std::promise<void> coordinator_done;
   int impostor = -1;
@@ -287,7 +288,7 @@ TEST(ControlChannel, SecondConnectionClaimingARankIsShutOut) {
 
 // A connection that never sends its hello (a port scanner, a stuck process) must not keep the
 // coordinator from accepting the real ranks that connect after it.
-TEST(ControlChannel, SilentConnectionDoesNotHoldUpTheRanksBehindIt) {
+TEST(TcpControlTransport, SilentConnectionDoesNotHoldUpTheRanksBehindIt) {
   InMemoryKeyValueStore store;
   std::promise<void> coordinator_done;
   int silent = -1;
@@ -306,7 +307,7 @@ TEST(ControlChannel, SilentConnectionDoesNotHoldUpTheRanksBehindIt) {
   close(silent);
 }
 
-TEST(ControlChannel, CorruptFrameLengthIsAnError) {
+TEST(TcpControlTransport, CorruptFrameLengthIsAnError) {
   InMemoryKeyValueStore store;
   std::promise<void> coordinator_done;
   std::thread peer([&] {
@@ -328,14 +329,15 @@ TEST(ControlChannel, CorruptFrameLengthIsAnError) {
   EXPECT_TRUE(got.empty());
 }
 
-TEST(ControlChannel, BadBindAddressIsRefused) {
+TEST(TcpControlTransport, BadBindAddressIsRefused) {
   InMemoryKeyValueStore store;
-  auto ch = ControlChannel::Create(0, 2, &store, "not-an-address", kSecret, kGenerous);
+  auto ch = TcpControlTransport::Create(0, 2, &store, "not-an-address", kSecret, kGenerous);
   ASSERT_FALSE(ch.ok());
   EXPECT_EQ(ch.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(ch.status().message().find("not-an-address"), std::string::npos);
 }
 
 }  // namespace
-}  // namespace core
+}  // namespace tcp
+}  // namespace backends
 }  // namespace dadt

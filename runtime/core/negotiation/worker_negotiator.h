@@ -27,7 +27,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "runtime/core/message.h"
+#include "runtime/core/negotiation/message.h"
 #include "runtime/core/response_cache.h"
 #include "runtime/core/tensor_queue.h"
 

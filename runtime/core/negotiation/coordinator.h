@@ -30,7 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/core/message.h"
+#include "runtime/core/negotiation/message.h"
 #include "runtime/core/response_cache.h"
 #include "runtime/core/stall_inspector.h"
 #include "timeline/event.h"

@@ -1,4 +1,4 @@
-#include "runtime/core/control_channel.h"
+#include "runtime/backends/tcp/tcp_control_transport.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -15,7 +15,8 @@
 #include "runtime/common/rendezvous/protocol.h"
 
 namespace dadt {
-namespace core {
+namespace backends {
+namespace tcp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -66,10 +67,10 @@ StatusOr<bool> PopFrame(std::string& inbox, std::string* out) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ControlChannel>> ControlChannel::Create(
+StatusOr<std::unique_ptr<TcpControlTransport>> TcpControlTransport::Create(
     int rank, int size, KeyValueStore* store, const std::string& bind_address,
     const std::string& secret, std::chrono::milliseconds timeout) {
-  std::unique_ptr<ControlChannel> ch(new ControlChannel(rank, size));
+  std::unique_ptr<TcpControlTransport> ch(new TcpControlTransport(rank, size));
   if (size == 1) return ch;
   if (rank == 0) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -123,7 +124,7 @@ StatusOr<std::unique_ptr<ControlChannel>> ControlChannel::Create(
   return ch;
 }
 
-Status ControlChannel::Accept(int listen_fd, const std::string& secret,
+Status TcpControlTransport::Accept(int listen_fd, const std::string& secret,
                               std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   peers_.assign(size_ - 1, Peer{});
@@ -199,17 +200,17 @@ Status ControlChannel::Accept(int listen_fd, const std::string& secret,
   return Status::OK();
 }
 
-ControlChannel::~ControlChannel() {
+TcpControlTransport::~TcpControlTransport() {
   for (const Peer& p : peers_) {
     if (p.fd >= 0) close(p.fd);
   }
 }
 
-Status ControlChannel::SendToCoordinator(const std::string& payload) {
+Status TcpControlTransport::SendToCoordinator(const std::string& payload) {
   return SendFrame(peers_[0].fd, payload);
 }
 
-Status ControlChannel::Broadcast(const std::string& payload) {
+Status TcpControlTransport::Broadcast(const std::string& payload) {
   for (const Peer& p : peers_) {
     Status s = SendFrame(p.fd, payload);
     if (!s.ok()) return Aborted("lost connection to rank " + std::to_string(p.rank) + ": " + s.message());
@@ -217,7 +218,7 @@ Status ControlChannel::Broadcast(const std::string& payload) {
   return Status::OK();
 }
 
-Status ControlChannel::ReadAvailable(std::vector<std::pair<int, std::string>>* out) {
+Status TcpControlTransport::ReadAvailable(std::vector<std::pair<int, std::string>>* out) {
   char buf[65536];
   Status closed;
   for (Peer& p : peers_) {
@@ -249,5 +250,6 @@ Status ControlChannel::ReadAvailable(std::vector<std::pair<int, std::string>>* o
   return closed;
 }
 
-}  // namespace core
+}  // namespace tcp
+}  // namespace backends
 }  // namespace dadt

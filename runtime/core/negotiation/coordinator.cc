@@ -1,4 +1,4 @@
-#include "runtime/core/coordinator.h"
+#include "runtime/core/negotiation/coordinator.h"
 
 #include <algorithm>
 #include <sstream>

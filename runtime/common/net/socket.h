@@ -1,4 +1,4 @@
-// Small POSIX socket helpers shared by RendezvousClient and dadtrun's RendezvousServer.
+// Small POSIX socket helpers (dadt::net) shared by the rendezvous client, dadtrun and core.
 //
 // Everything returns Status with the errno text; nothing here raises SIGPIPE (sends use
 // MSG_NOSIGNAL) and every socket is created close-on-exec so ranks never inherit them.
@@ -13,7 +13,7 @@
 #include "runtime/common/status.h"
 
 namespace dadt {
-namespace rendezvous {
+namespace net {
 
 using Clock = std::chrono::steady_clock;
 
@@ -39,5 +39,5 @@ StatusOr<std::string> RouteSourceAddress(const std::string& host);
 Status SendAll(int fd, const std::string& data, Clock::time_point deadline);
 Status RecvAll(int fd, char* data, size_t n, Clock::time_point deadline);
 
-}  // namespace rendezvous
+}  // namespace net
 }  // namespace dadt

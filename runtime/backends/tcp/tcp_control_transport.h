@@ -1,4 +1,4 @@
-// ControlChannel: the coordinator's star of TCP connections, carrying negotiation messages.
+// TcpControlTransport: the coordinator's star of TCP connections, carrying negotiation messages.
 //
 // Rank 0 listens on an ephemeral port, publishes "ctrl/addr" in the rendezvous store and accepts
 // one connection from every other rank; each connection opens with a hello frame holding the
@@ -24,15 +24,16 @@
 #include "runtime/common/status.h"
 
 namespace dadt {
-namespace core {
+namespace backends {
+namespace tcp {
 
-class ControlChannel final : public backends::ControlTransport {
+class TcpControlTransport final : public ControlTransport {
  public:
-  static StatusOr<std::unique_ptr<ControlChannel>> Create(int rank, int size, KeyValueStore* store,
+  static StatusOr<std::unique_ptr<TcpControlTransport>> Create(int rank, int size, KeyValueStore* store,
                                                           const std::string& bind_address,
                                                           const std::string& secret,
                                                           std::chrono::milliseconds timeout);
-  ~ControlChannel() override;
+  ~TcpControlTransport() override;
 
   // rank and size as given to Create (the launcher's environment says the rest).
   const JobGeometry& geometry() const override { return geometry_; }
@@ -49,7 +50,7 @@ class ControlChannel final : public backends::ControlTransport {
   int closed_rank() const override { return closed_rank_; }
 
  private:
-  ControlChannel(int rank, int size) : rank_(rank), size_(size) {
+  TcpControlTransport(int rank, int size) : rank_(rank), size_(size) {
     geometry_.rank = rank;
     geometry_.size = size;
   }
@@ -68,5 +69,6 @@ class ControlChannel final : public backends::ControlTransport {
   JobGeometry geometry_;
 };
 
-}  // namespace core
+}  // namespace tcp
+}  // namespace backends
 }  // namespace dadt

@@ -1,6 +1,6 @@
-#include "runtime/core/message.h"
+#include "runtime/core/negotiation/message.h"
 
-#include "runtime/core/wire.h"
+#include "runtime/core/negotiation/wire.h"
 
 namespace dadt {
 namespace core {

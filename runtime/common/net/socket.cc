@@ -1,4 +1,4 @@
-#include "runtime/common/rendezvous/socket.h"
+#include "runtime/common/net/socket.h"
 
 #include <arpa/inet.h>
 #include <cerrno>
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 namespace dadt {
-namespace rendezvous {
+namespace net {
 namespace {
 
 // Milliseconds left until `deadline`, clamped to [0, INT_MAX-ish] for poll().
@@ -197,5 +197,5 @@ Status RecvAll(int fd, char* data, size_t n, Clock::time_point deadline) {
   return Status::OK();
 }
 
-}  // namespace rendezvous
+}  // namespace net
 }  // namespace dadt

@@ -1,0 +1,164 @@
+#include "dadtrun/slurm_task.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "dadtrun/console.h"
+#include "dadtrun/rendezvous_server.h"
+#include "dadtrun/slurm.h"
+#include "dadtrun/worker_env.h"
+#include "runtime/common/env.h"
+#include "runtime/common/net/socket.h"
+
+namespace dadt {
+namespace dadtrun {
+namespace {
+
+// Shorter secrets are refused: anyone on the nodes could guess them.
+constexpr size_t kMinSecretLength = 16;
+
+int Error(const std::string& message) {
+  std::string line = message;
+  for (char& c : line) {
+    if (c == '\n') c = ' ';
+  }
+  std::printf("ERROR\t%s\n", line.c_str());
+  std::fflush(stdout);
+  return 2;
+}
+
+// Rank 0 serves until the rank that started it is gone: its stdin pipe closes, or SIGTERM.
+void ServeUntilParentExits() {
+  sigset_t term;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  sigaddset(&term, SIGINT);
+  sigaddset(&term, SIGHUP);
+  sigprocmask(SIG_BLOCK, &term, nullptr);
+  const int sfd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (sfd >= 0) {
+    ::dup2(sfd, STDOUT_FILENO);  // the rank reads our stdout to its end: end it here
+    ::close(sfd);
+  }
+  char buf[256];
+  for (;;) {
+    pollfd fd = {STDIN_FILENO, POLLIN, 0};
+    const int n = ::poll(&fd, 1, 200);
+    if (n > 0) {
+      const ssize_t r = ::read(STDIN_FILENO, buf, sizeof(buf));
+      if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) return;
+    }
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGTERM) || sigismember(&pending, SIGINT) ||
+        sigismember(&pending, SIGHUP)) {
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+int RunSlurmTaskEnv() {
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  const EnvMap env = CurrentEnvironment();
+  StatusOr<std::optional<SlurmTask>> task = StepTask(env);
+  if (!task.ok()) return Error(task.status().message());
+  if (!task->has_value() || (*task)->size == 1) {
+    std::printf("READY\n");
+    std::fflush(stdout);
+    return 0;
+  }
+  const SlurmTask& t = **task;
+  const std::string tasks = std::to_string(t.size);
+  auto secret = env.find(env::kSecret);
+  if (secret == env.end() || secret->second.size() < kMinSecretLength) {
+    return Error(
+        "Slurm step " + t.step + " has " + tasks + " tasks, and dadt joins them without dadtrun " +
+        "only with a job secret that every task has: " +
+        (secret == env.end() ? std::string("DADT_SECRET is not set")
+                             : "DADT_SECRET is shorter than " +
+                                   std::to_string(kMinSecretLength) + " characters") +
+        ". Export DADT_SECRET=$(openssl rand -hex 32) before srun (srun passes it to every task), "
+        "or start the ranks with dadtrun inside the allocation (salloc/sbatch: dadtrun -np " +
+        tasks + " ...). Without it each task would train alone");
+  }
+  StatusOr<int> port = DirectLaunchPort(env, t);
+  if (!port.ok()) return Error(port.status().message());
+  auto addr_it = env.find(env::kRendezvousAddr);
+  const std::string addr = addr_it != env.end() ? addr_it->second : t.rank0_node;
+
+  std::unique_ptr<RendezvousServer> server;
+  if (t.rank == 0) {
+    // Every interface (or DADT_IFACE's address), not the one the node's own name resolves to
+    // there: many images map their host name to 127.0.1.1. The secret guards the store.
+    std::string bind_addr = "0.0.0.0";
+    auto iface = env.find(env::kIface);
+    if (iface != env.end() && !iface->second.empty()) {
+      StatusOr<std::string> a = net::InterfaceAddress(iface->second);
+      if (!a.ok()) return Error(std::string(env::kIface) + ": " + a.status().message());
+      bind_addr = *a;
+    }
+    RendezvousServerOptions options;
+    options.port = *port;
+    StatusOr<std::unique_ptr<RendezvousServer>> started =
+        RendezvousServer::Start(bind_addr, secret->second, options);
+    if (!started.ok()) {
+      return Error("rank 0 of Slurm step " + t.step + " cannot serve the rendezvous store on " +
+                   bind_addr + ":" + std::to_string(*port) + " (" + started.status().message() +
+                   "); if another job holds the port, set DADT_RENDEZVOUS_PORT to a free port "
+                   "before srun");
+    }
+    server = std::move(*started);
+  }
+  EnvMap out = SlurmRankEnvironment(t);
+  out[env::kController] = "gloo";
+  out[env::kRendezvousAddr] = addr;
+  out[env::kRendezvousPort] = std::to_string(*port);
+  for (const auto& [name, value] : out) std::printf("%s=%s\n", name.c_str(), value.c_str());
+  std::printf("READY\n");
+  std::fflush(stdout);
+  if (server) {
+    ServeUntilParentExits();
+    server->Stop();
+  }
+  return 0;
+}
+
+int RunSlurmRank(const std::vector<std::string>& command) {
+  if (command.empty()) {
+    console::Message(std::string(kSlurmRankFlag) + ": no program given");
+    return 2;
+  }
+  StatusOr<std::optional<SlurmTask>> task = StepTask(CurrentEnvironment());
+  if (!task.ok()) {
+    console::Message(task.status().message());
+    return 2;
+  }
+  if (!task->has_value()) {
+    console::Message(std::string(kSlurmRankFlag) +
+                     " runs as a task of an srun step (SLURM_STEP_ID and SLURM_PROCID unset)");
+    return 2;
+  }
+  for (const auto& [name, value] : SlurmRankEnvironment(**task)) {
+    ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  std::vector<char*> argv;
+  for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  console::Message("rank " + std::to_string((*task)->rank) + " on " + (*task)->node +
+                   ": cannot run " + command[0] + ": " + std::strerror(errno));
+  return 127;
+}
+
+}  // namespace dadtrun
+}  // namespace dadt

@@ -1,0 +1,315 @@
+"""Training throughput of dadt against its real peers: torch DDP (gloo), Horovod, and dadt's own
+sync, async and dear modes, on the same model, data and optimizer, over several shapes.
+
+    python examples/benchmarks/peers.py --np 2                                   # one host
+    python examples/benchmarks/peers.py --np 2 --horovodrun /opt/horovod-peer/bin/horovodrun
+    python examples/benchmarks/peers.py --np 2 --hosts a:1,b:1 --link-mb-per-s 117  # two hosts
+    python examples/benchmarks/peers.py --np 2 --fp16       # adds each peer's fp16 compression
+
+Every contender runs in its own launch; one round launches each contender once, in an order rotated
+from round to round, so that a slow spell of the machine hits every contender alike. A launch warms
+up, then times --chunks chunks of --steps steps; its figure is the median samples/s of its chunks.
+The table gives, per shape and contender, the median over rounds, the spread (min .. max), and the
+median over rounds of the ratio to DDP's launch in the same round.
+
+Shapes (MLPs on synthetic data, SGD with momentum; --shapes picks some):
+  compute   2 x 512 wide, batch 1024 per rank: computation dominates, gradients are 2 MB;
+  balanced  4 x 1024 wide, batch 256 per rank: computation about equals the allreduce on one host;
+  comm      4 x 1536 wide, batch 64 per rank (9.5M parameters, 38 MB of gradients): the wire dominates.
+Each shape's header prints what the launches measured of it: forward and backward time of one step
+on one rank (F, B) and the time of one allreduce of all its gradients through dadt (W). From these,
+the overlap bound of the modes that hide communication behind computation:
+  sync cannot do better than F + max(B, W) (buckets overlap the backward pass at best);
+  async hides the allreduce of step t behind step t+1: max(F + B, W);
+  dear hides the reduce-scatter half behind backward and the all-gather half behind the next forward:
+  max(F, W/2) + max(B, W/2).
+'bound vs sync' is the measured sync step time over that bound: the speed-up each mode could reach.
+
+Contenders: ddp (DistributedDataParallel, gloo, bucket_cap_mb = dadt's fusion threshold), horovod
+(horovod.torch.DistributedOptimizer under `horovodrun --gloo`, when --horovodrun is given), sync,
+async, dear (dadt.torch.DistributedOptimizer(mode=...) under `dadtrun --gloo`). With --fp16 also
+ddp-fp16 (DDP's fp16_compress_hook), horovod-fp16 (Compression.fp16) and sync-fp16 (dadt's
+Compression.fp16).
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+from allreduce_bench import find_dadtrun, worker_environment  # same folder
+
+MiB = 1024 * 1024
+SHAPES = {  # name: (layers, width, batch per rank)
+    "compute": (2, 512, 1024),
+    "balanced": (4, 1024, 256),
+    "comm": (4, 1536, 64),
+}
+DADT_MODES = ("sync", "async", "dear")
+INPUT_DIM = 256
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--np", type=int, default=2, help="ranks (default 2)")
+    p.add_argument("--hosts", default=None, help="host list for both launchers, e.g. a:1,b:1 (default: this host)")
+    p.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shapes (default all)")
+    p.add_argument("--contenders", default=None,
+                   help="comma-separated subset of ddp,horovod,sync,async,dear (+ -fp16 forms with --fp16)")
+    p.add_argument("--fp16", action="store_true", help="also each peer's fp16 gradient compression")
+    p.add_argument("--rounds", type=int, default=3, help="launches per contender and shape (default 3)")
+    p.add_argument("--chunks", type=int, default=5, help="timed chunks per launch (default 5)")
+    p.add_argument("--steps", type=int, default=5, help="steps per chunk (default 5)")
+    p.add_argument("--warmup-steps", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
+    p.add_argument("--fusion-threshold-mb", type=float, default=4.0,
+                   help="dadt's fusion threshold and DDP's bucket_cap_mb (Horovod: HOROVOD_FUSION_THRESHOLD)")
+    p.add_argument("--dadtrun", default=None, help="dadt's launcher (default: $DADTRUN, PATH, bazel-bin)")
+    p.add_argument("--horovodrun", default=None, help="Horovod's launcher; its python runs the Horovod rows")
+    p.add_argument("--dadtrun-args", default="", help="extra dadtrun arguments (e.g. --network-interface veth0)")
+    p.add_argument("--link-mb-per-s", type=float, default=None, help="the link's measured rate, for the header")
+    p.add_argument("--json", metavar="FILE", help="also write every launch's figures as JSON")
+    # worker
+    p.add_argument("--worker", choices=["ddp", "ddp-fp16", "horovod", "horovod-fp16", "sync", "sync-fp16",
+                                        "async", "dear"], help=argparse.SUPPRESS)
+    p.add_argument("--shape", choices=list(SHAPES), help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------------------------
+# Worker: one contender, one shape
+# ----------------------------------------------------------------------------------------------
+def build(torch, shape):
+    layers, width, batch = SHAPES[shape]
+    torch.manual_seed(1234)
+    nn = torch.nn
+    mods, dim = [], INPUT_DIM
+    for _ in range(layers):
+        mods += [nn.Linear(dim, width), nn.ReLU()]
+        dim = width
+    return nn.Sequential(*mods, nn.Linear(dim, 10)), batch
+
+
+def phase_times(torch, model, x, y, reps=5):
+    """Median forward and backward time of one step on this rank, no communication."""
+    import torch.nn.functional as F
+    fwd, bwd = [], []
+    for _ in range(reps + 1):
+        model.zero_grad()
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(model(x), y)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        fwd.append(t1 - t0)
+        bwd.append(t2 - t1)
+    return statistics.median(fwd[1:]), statistics.median(bwd[1:])
+
+
+def worker(args):
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(args.threads)
+    kind = args.worker
+    model, batch = build(torch, args.shape)
+    sgd = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    extra = {}
+    if kind.startswith("horovod"):
+        import horovod.torch as hvd
+        hvd.init()
+        rank, size, barrier = hvd.rank(), hvd.size(), hvd.barrier
+        comp = hvd.Compression.fp16 if kind.endswith("fp16") else hvd.Compression.none
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        opt = hvd.DistributedOptimizer(sgd, named_parameters=model.named_parameters(), compression=comp)
+        drain, finish = (lambda: None), hvd.shutdown
+    elif kind.startswith("ddp"):
+        import torch.distributed as dist
+        dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from dadtrun
+        rank, size, barrier = dist.get_rank(), dist.get_world_size(), dist.barrier
+        from torch.nn.parallel import DistributedDataParallel
+        model = DistributedDataParallel(model, bucket_cap_mb=args.fusion_threshold_mb)
+        if kind.endswith("fp16"):
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        opt, drain, finish = sgd, (lambda: None), dist.destroy_process_group
+    else:
+        import dadt.torch as dadt
+        dadt.init()
+        rank, size, barrier = dadt.rank(), dadt.size(), dadt.barrier
+        mode = kind.split("-")[0]
+        comp = dadt.Compression.fp16 if kind.endswith("fp16") else dadt.Compression.none
+        g = torch.Generator().manual_seed(rank)
+        x = torch.randn(batch, INPUT_DIM, generator=g)
+        y = torch.randint(0, 10, (batch,), generator=g)
+        extra["forward_s"], extra["backward_s"] = phase_times(torch, model, x, y)
+        grads = torch.zeros(sum(p.numel() for p in model.parameters()))
+        walls = []
+        for _ in range(6):  # W: one allreduce of every gradient, as one tensor
+            barrier()
+            t0 = time.perf_counter()
+            dadt.allreduce_(grads, name="peers.W")
+            walls.append(time.perf_counter() - t0)
+        extra["allreduce_s"] = statistics.median(walls[1:])
+        dadt.broadcast_parameters(model.state_dict(), root_rank=0)
+        opt = dadt.DistributedOptimizer(sgd, named_parameters=model.named_parameters(), mode=mode, model=model,
+                                        compression=comp, bucket_bytes=int(args.fusion_threshold_mb * MiB))
+        drain = getattr(opt, "flush", lambda: None)
+        finish = dadt.shutdown
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(batch, INPUT_DIM, generator=g)
+    y = torch.randint(0, 10, (batch,), generator=g)
+
+    def steps(n):
+        for _ in range(n):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+
+    steps(args.warmup_steps)
+    drain()
+    chunks = []
+    for _ in range(args.chunks):
+        barrier()
+        steps(1)  # steady state: async's allreduce of this step is in flight when timing starts
+        t0 = time.perf_counter()
+        steps(args.steps)
+        chunks.append(size * batch * args.steps / (time.perf_counter() - t0))
+        drain()
+    if rank == 0:
+        print("RESULT " + json.dumps(dict(extra, samples_per_sec=chunks, size=size)), flush=True)
+    finish()
+
+
+# ----------------------------------------------------------------------------------------------
+# Driver
+# ----------------------------------------------------------------------------------------------
+def hostlist(args):
+    return args.hosts or "localhost:%d" % args.np
+
+
+def command(args, kind, shape):
+    me = os.path.abspath(__file__)
+    tail = ["--worker", kind, "--shape", shape, "--chunks", str(args.chunks), "--steps", str(args.steps),
+            "--warmup-steps", str(args.warmup_steps), "--threads", str(args.threads),
+            "--fusion-threshold-mb", str(args.fusion_threshold_mb)]
+    if kind.startswith("horovod"):
+        hvd_python = os.path.join(os.path.dirname(args.horovodrun), "python3")
+        env = dict(os.environ, HOROVOD_FUSION_THRESHOLD=str(int(args.fusion_threshold_mb * MiB)))
+        return [args.horovodrun, "--gloo", "-np", str(args.np), "-H", hostlist(args), hvd_python, me] + tail, env
+    dadtrun = find_dadtrun(args.dadtrun)
+    if dadtrun is None:
+        sys.exit("peers: dadtrun not found (use --dadtrun, install dadt, or bazel build //dadtrun)")
+    hosts = ["-H", args.hosts] if args.hosts else []
+    cmd = [dadtrun, "--gloo", "-np", str(args.np), *hosts, "--fusion-threshold-mb", str(args.fusion_threshold_mb),
+           *args.dadtrun_args.split(), sys.executable, me] + tail
+    return cmd, worker_environment()
+
+
+def launch(args, kind, shape):
+    cmd, env = command(args, kind, shape)
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=1800)
+    except subprocess.TimeoutExpired:
+        sys.exit("peers: %s on %s did not finish in 30 minutes" % (kind, shape))
+    for line in proc.stdout.splitlines():
+        m = re.search(r"RESULT (\{.*\})$", line)
+        if m and proc.returncode == 0:
+            return json.loads(m.group(1))
+    sys.exit("peers: %s on %s failed (exit %d):\n%s" % (kind, shape, proc.returncode, proc.stdout[-3000:]))
+
+
+def contenders(args):
+    if args.contenders:
+        chosen = [c for c in args.contenders.split(",") if c]
+    else:
+        chosen = ["ddp"] + (["horovod"] if args.horovodrun else []) + list(DADT_MODES)
+        if args.fp16:
+            chosen += ["ddp-fp16"] + (["horovod-fp16"] if args.horovodrun else []) + ["sync-fp16"]
+    for c in chosen:
+        if c.startswith("horovod") and not args.horovodrun:
+            sys.exit("peers: %s needs --horovodrun (see /work/shared/peers or build Horovod 0.28.1)" % c)
+    if "ddp" not in chosen:
+        sys.exit("peers: ddp is the reference of every ratio; keep it among --contenders")
+    return chosen
+
+
+def spread(v):
+    return "%.0f .. %.0f" % (min(v), max(v))
+
+
+def report(args, shape, names, runs):
+    """runs: round -> contender -> the launch's result."""
+    layers, width, batch = SHAPES[shape]
+    per = {c: [statistics.median(r[c]["samples_per_sec"]) for r in runs] for c in names}
+    dadt_runs = [r[m] for r in runs for m in DADT_MODES if m in r]
+    params = (INPUT_DIM * width + width) + (layers - 1) * (width * width + width) + (width * 10 + 10)
+    print("\n### %s: %d x %d MLP, batch %d per rank, %.2fM parameters (%.1f MB of fp32 gradients), %d ranks"
+          % (shape, layers, width, batch, params / 1e6, params * 4 / 1e6, args.np))
+    bounds = {}
+    if dadt_runs:
+        f = statistics.median(d["forward_s"] for d in dadt_runs)
+        b = statistics.median(d["backward_s"] for d in dadt_runs)
+        w = statistics.median(d["allreduce_s"] for d in dadt_runs)
+        print("F (forward) %.1f ms, B (backward) %.1f ms, W (one allreduce of all gradients) %.1f ms"
+              % (1e3 * f, 1e3 * b, 1e3 * w))
+        if args.link_mb_per_s:
+            wire = 2 * (args.np - 1) / args.np * params * 4 / (args.link_mb_per_s * 1e6)
+            print("a ring allreduce of the gradients at %.0f MB/s takes %.1f ms on the wire"
+                  % (args.link_mb_per_s, 1e3 * wire))
+        if "sync" in per:
+            t_sync = args.np * batch / statistics.median(per["sync"])  # one step, in seconds
+            bounds = {"sync": t_sync / (f + max(b, w)), "async": t_sync / max(f + b, w),
+                      "dear": t_sync / (max(f, w / 2) + max(b, w / 2))}
+    print("\n| contender | samples/s (median) | min .. max | vs ddp (median, min .. max) | vs sync | "
+          "bound vs sync |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for c in names:
+        vs_ddp = [a / d for a, d in zip(per[c], per["ddp"])]
+        vs_sync = ("%.2fx" % statistics.median(a / s for a, s in zip(per[c], per["sync"]))) if "sync" in per else "-"
+        bound = ("%.2fx" % bounds[c]) if c in bounds else "-"
+        print("| %s | %.1f | %s | %.2fx (%.2f .. %.2f) | %s | %s |" % (
+            c, statistics.median(per[c]), spread(per[c]), statistics.median(vs_ddp), min(vs_ddp), max(vs_ddp),
+            vs_sync, bound))
+    return per
+
+
+def driver(args):
+    names = contenders(args)
+    shapes = [s for s in args.shapes.split(",") if s]
+    for s in shapes:
+        if s not in SHAPES:
+            sys.exit("peers: unknown shape %r (choose from %s)" % (s, ", ".join(SHAPES)))
+    print("peers: %d ranks on %s; %d rounds; each launch: %d warm-up steps, %d chunks of %d steps; "
+          "%d torch thread(s) per rank; bucket/fusion threshold %.1f MiB"
+          % (args.np, hostlist(args), args.rounds, args.warmup_steps, args.chunks, args.steps, args.threads,
+             args.fusion_threshold_mb))
+    everything = {}
+    for shape in shapes:
+        runs = []
+        for r in range(args.rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            print("%s: round %d/%d: %s" % (shape, r + 1, args.rounds, ", ".join(order)), file=sys.stderr,
+                  flush=True)
+            runs.append({c: launch(args, c, shape) for c in order})
+        everything[shape] = runs
+        report(args, shape, names, runs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "runs": everything}, f, indent=1)
+
+
+def main():
+    args = parse_args()
+    if args.worker:
+        worker(args)
+    else:
+        driver(args)
+
+
+if __name__ == "__main__":
+    main()
