@@ -70,19 +70,7 @@ bool MpiBuilt() {
 #endif
 }
 
-std::string FindMpirun() {
-  const char* path = std::getenv("PATH");
-  std::string rest = path ? path : "";
-  size_t start = 0;
-  while (start <= rest.size()) {
-    size_t end = rest.find(':', start);
-    if (end == std::string::npos) end = rest.size();
-    std::string dir = rest.substr(start, end - start);
-    if (!dir.empty() && IsExecutable(dir + "/mpirun")) return dir + "/mpirun";
-    start = end + 1;
-  }
-  return "";
-}
+std::string FindMpirun() { return env::FindOnPath("mpirun"); }
 
 std::string ResolveController(const std::string& requested) {
   if (requested != "auto") return requested;

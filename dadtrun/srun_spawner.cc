@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -75,23 +74,7 @@ void Pump(int fd, int out_fd, const char* stream, std::vector<std::string>* srun
 
 }  // namespace
 
-std::string FindSrun() {
-  const char* path = std::getenv("PATH");
-  std::string rest = path ? path : "";
-  size_t start = 0;
-  while (start <= rest.size()) {
-    size_t end = rest.find(':', start);
-    if (end == std::string::npos) end = rest.size();
-    const std::string candidate = rest.substr(start, end - start) + "/srun";
-    struct stat st;
-    if (end > start && ::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        ::access(candidate.c_str(), X_OK) == 0) {
-      return candidate;
-    }
-    start = end + 1;
-  }
-  return "";
-}
+std::string FindSrun() { return env::FindOnPath("srun"); }
 
 std::vector<std::string> SrunCommand(const LaunchConfig& config, const std::string& srun,
                                      const std::string& relay) {

@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace dadt {
 namespace env {
@@ -61,6 +63,25 @@ StatusOr<int64_t> GetFusionThreshold(int64_t fallback) {
                            "1048576 (dadtrun --fusion-threshold-mb takes megabytes)");
   }
   return bytes;
+}
+
+std::string FindOnPath(const std::string& name) {
+  const std::string path = GetString("PATH");
+  size_t start = 0;
+  while (start < path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    if (end > start) {
+      const std::string candidate = path.substr(start, end - start) + "/" + name;
+      struct stat st;
+      if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+          ::access(candidate.c_str(), X_OK) == 0) {
+        return candidate;
+      }
+    }
+    start = end + 1;
+  }
+  return "";
 }
 
 }  // namespace env

@@ -96,5 +96,9 @@ StatusOr<bool> GetBool(const char* name, bool fallback);
 // value such as `1e6` is refused everywhere with the same message.
 StatusOr<int64_t> GetFusionThreshold(int64_t fallback = kDefaultFusionThresholdBytes);
 
+// The path of the executable regular file `name` in the first directory of PATH that has one, as
+// a shell finds it; "" when there is none (or PATH is unset). Empty PATH entries are skipped.
+std::string FindOnPath(const std::string& name);
+
 }  // namespace env
 }  // namespace dadt
