@@ -121,6 +121,9 @@ def test_objects(world, nm):
     assert obj == {"rank": world.size - 1, "tag": "x" * (world.size - 1)}
     assert every == [("r", r) for r in range(world.size)]
 
+    bcast = dadt.broadcast_object_fn(root_rank=0, name=nm("fn"))  # Horovod's TF1 helper
+    assert bcast({"from": world.rank}) == {"from": 0}
+
 
 def test_fp16_compression(world, nm):
     out = dadt.allreduce(tf.fill([5], float(world.rank + 1)), name=nm(), op=dadt.Sum, compression=dadt.Compression.fp16)

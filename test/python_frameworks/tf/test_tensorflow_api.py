@@ -111,3 +111,12 @@ def test_sync_batch_normalization(world, nm, compiled):
     want = (batches[r] - everything.mean()) / np.sqrt(everything.var())
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(layer.moving_mean.numpy(), [everything.mean()], rtol=1e-5)
+
+
+def test_executing_eagerly_helpers():
+    # Horovod's scripts and tests call hvd._executing_eagerly() and hvd.util._executing_eagerly().
+    assert dadt._executing_eagerly is dadt.util._executing_eagerly
+    assert dadt.util._executing_eagerly()
+    assert not tf.function(lambda: tf.constant(dadt.util._executing_eagerly()))().numpy()
+    with tf.Graph().as_default():
+        assert not dadt._executing_eagerly()

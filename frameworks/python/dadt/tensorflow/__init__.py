@@ -27,6 +27,7 @@ from dadt.common.frontend import export_common as _export_common  # noqa: E402
 from dadt.tensorflow.compression import Compression  # noqa: E402
 from dadt.tensorflow.functions import (allgather_object, allreduce_gradients,  # noqa: E402
                                        broadcast_global_variables, broadcast_object,
+                                       broadcast_object_fn,
                                        broadcast_variables, local_rank_op, local_size_op,
                                        rank_op, size_op)
 from dadt.tensorflow.gradient_tape import (DistributedGradientTape,  # noqa: E402
@@ -35,6 +36,8 @@ from dadt.tensorflow.mpi_ops import (allgather, allreduce, alltoall, barrier,  #
                                      broadcast, broadcast_, grouped_allgather,
                                      grouped_allreduce, grouped_reducescatter, join,
                                      reducescatter)
+from dadt.tensorflow import util  # noqa: E402  (hvd.util._executing_eagerly, as Horovod's)
+from dadt.tensorflow.util import _executing_eagerly  # noqa: E402,F401
 
 __all__ = _export_common(globals()) + [
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
@@ -42,7 +45,7 @@ __all__ = _export_common(globals()) + [
     "rank_op", "size_op", "local_rank_op", "local_size_op",
     "Compression", "DistributedGradientTape", "PartialDistributedGradientTape",
     "allreduce_gradients", "broadcast_variables", "broadcast_global_variables",
-    "broadcast_object", "allgather_object", "SyncBatchNormalization",
+    "broadcast_object", "broadcast_object_fn", "allgather_object", "SyncBatchNormalization",
 ]
 
 

@@ -20,6 +20,7 @@ from dadt.tensorflow.errors import to_tf_error
 from dadt.tensorflow.mpi_ops import broadcast, grouped_allreduce
 
 __all__ = ["broadcast_variables", "broadcast_global_variables", "broadcast_object",
+           "broadcast_object_fn",
            "allgather_object", "allreduce_gradients", "rank_op", "size_op", "local_rank_op",
            "local_size_op"]
 
@@ -97,6 +98,18 @@ def local_size_op(name: Optional[str] = None) -> tf.Tensor:
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
     """Pickles ``obj`` on root rank and returns root rank's object on every process (eager)."""
     return array_ops.broadcast_object(obj, root_rank, name)
+
+
+def broadcast_object_fn(root_rank: int = 0, session: Any = None, name: Optional[str] = None):
+    """Horovod's TF1 helper: a function ``obj -> root rank's obj``. Horovod builds it from graph
+    ops run in ``session``; dadt's object broadcast needs no graph, so ``session`` is unused and
+    the function works in every mode. Each call is one broadcast_object (call it in the same
+    order on every rank)."""
+    del session
+
+    def _bcast(obj: Any) -> Any:
+        return array_ops.broadcast_object(obj, root_rank, name)
+    return _bcast
 
 
 def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
