@@ -159,6 +159,34 @@ def test_duplicate_in_flight_name(world, nm):
     assert_equal(out, torch.full((6,), float(sum(range(world.size)))), "the first op's result")
 
 
+@multi_rank
+@pytest.mark.parametrize("grouped", [False, True], ids=["single", "grouped"])
+def test_name_is_free_once_the_runtime_completed_it(world, nm, grouped):
+    # Horovod's rule: a name is taken while the runtime runs its collective, not until its handle
+    # is synchronized (Horovod's own tests reuse names of completed, never synchronized handles).
+    name = nm("held")
+    submit = ((lambda: dadt.grouped_allreduce_async([torch.ones(3), torch.ones(2)], name=name, op=dadt.Sum))
+              if grouped else (lambda: dadt.allreduce_async(torch.ones(3), name=name, op=dadt.Sum)))
+    first = None
+    if world.rank == 0:
+        first = submit()  # cannot complete: the other ranks have not submitted it yet
+        err, elapsed = attempt(submit)
+        check(err, elapsed, ValueError, name)
+    dadt.barrier()
+    if world.rank > 0:
+        first = submit()
+    deadline = time.monotonic() + LIMIT_S
+    while not dadt.poll(first):
+        assert time.monotonic() < deadline, "the first collective did not complete"
+        time.sleep(0.001)
+    second = submit()  # the first is complete but not synchronized: the name is free again
+    for h in (second, first):
+        out = dadt.synchronize(h)
+        outs = out if grouped else [out]
+        for got, n in zip(outs, (3, 2)):
+            assert_equal(got, torch.full((n,), float(world.size)), f"{name} after reuse")
+
+
 @pytest.mark.parametrize("kind", ["allreduce", "allreduce_", "allgather", "broadcast_", "alltoall", "reducescatter"])
 def test_non_contiguous_tensor(world, nm, kind):
     name = nm("bad")
