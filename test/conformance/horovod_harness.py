@@ -8,7 +8,8 @@
 --deselect matches prefixes, and test_broadcast_state would take test_broadcast_state_no_grad
 along) are listed in LIST, one a line, '#' starting a comment; a listed name the file does not
 have is an error, so the list cannot go stale unnoticed. A name may be followed by `size>=N`:
-then it is deselected only in a launch of N ranks or more (DADT_SIZE; one process counts as 1).
+then it is deselected only in a launch of N ranks or more (DADT_SIZE, or under mpirun
+OMPI_COMM_WORLD_SIZE or PMI_SIZE; a process without any of them counts as 1).
 
 What Horovod's test files need from the machine they run on, made here in a temporary directory that
 is removed afterwards (nothing is installed, and a real Horovod elsewhere is never shadowed):
@@ -115,7 +116,9 @@ def main(argv):
         if len(argv) < 2 or not os.path.isfile(argv[1]):
             sys.stderr.write("error: --deselect-file needs an existing file\n")
             return 2
-        names, listed = _read_names(argv[1], int(os.environ.get("DADT_SIZE", "1")))
+        size = next((int(os.environ[v]) for v in ("DADT_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+                     if v in os.environ), 1)
+        names, listed = _read_names(argv[1], size)
         plugins.append(_DeselectByName(names, listed, argv[1]))
         argv = argv[2:]
     if not argv or not os.path.isfile(argv[0]):

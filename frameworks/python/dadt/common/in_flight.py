@@ -31,7 +31,7 @@ class InFlightNames:
     def check(self, name: str) -> None:
         if self.busy(name):
             raise ValueError("a collective named '%s' is already in flight on this rank; names "
-                             "must be unique among pending collectives (wait for the first one, "
+                             "must be unique among pending collectives (synchronize the first one, "
                              "or pick another name)" % name)
 
     def add(self, name: str, handle: int) -> None:
