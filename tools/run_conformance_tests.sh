@@ -14,6 +14,11 @@
 #   PYTHON, DADTRUN      as in tools/run_python_tests.sh
 #   DADT_CONFORMANCE_TIMEOUT   wall-clock seconds per launch (default 300; a passing launch of the
 #                        file takes about 40 s at 2 ranks on a 2-core machine)
+#   DADT_CONFORMANCE_STALL_SECONDS   dadtrun --stall-check-shutdown-time-seconds (default 60): a test
+#                        that fails on some ranks only leaves the others in a collective the failed
+#                        ones never submit (they are in tearDown's barrier); the stall check then
+#                        fails that collective on every rank after this long, and the next test
+#                        starts clean, instead of the launch hanging until its time-out
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,6 +28,7 @@ TIER="tier 3b"
 # shellcheck source=tools/launch_tier_lib.sh
 source "$ROOT/tools/launch_tier_lib.sh"
 LIMIT="${DADT_CONFORMANCE_TIMEOUT:-300}"
+STALL="${DADT_CONFORMANCE_STALL_SECONDS:-60}"
 RANKS=("$@")
 [ "${#RANKS[@]}" -gt 0 ] || RANKS=(2 3)
 FILE="${HOROVOD_TEST_TORCH:-$ROOT/../shared/conformance/horovod/test_torch.py}"
@@ -43,7 +49,8 @@ declare -a summaries=()
 for engine in gloo mpi; do
     for n in "${RANKS[@]}"; do
         log="$(mktemp)"
-        TEST_CMD_LOG="$log" run_launch "--$engine -np $n" "$DADTRUN" --"$engine" -np "$n"
+        TEST_CMD_LOG="$log" run_launch "--$engine -np $n" "$DADTRUN" --"$engine" -np "$n" \
+            --stall-check-shutdown-time-seconds "$STALL"
         # pytest's last line on rank 0 ("[0]<stdout>:" under Gloo, "[1,0]<stdout>:" under mpirun).
         line="$(grep -aE '^\[(1,)?0\]<stdout>:.*(passed|failed|error|skipped).* in [0-9.]+s' "$log" | tail -n 1 | sed -E 's/^\[(1,)?0\]<stdout>://; s/=//g; s/^ +| +$//g')"
         summaries+=("--$engine -np $n: ${line:-no pytest summary (see above)}")

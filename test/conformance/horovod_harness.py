@@ -7,7 +7,9 @@
 --deselect-file LIST deselects the tests whose names (the function's, exactly; pytest's own
 --deselect matches prefixes, and test_broadcast_state would take test_broadcast_state_no_grad
 along) are listed in LIST, one a line, '#' starting a comment; a listed name the file does not
-have is an error, so the list cannot go stale unnoticed.
+have is an error, so the list cannot go stale unnoticed. A name may be followed by `size>=N`:
+then it is deselected only in a launch of N ranks or more (DADT_SIZE, or under mpirun
+OMPI_COMM_WORLD_SIZE or PMI_SIZE; a process without any of them counts as 1).
 
 What Horovod's test files need from the machine they run on, made here in a temporary directory that
 is removed afterwards (nothing is installed, and a real Horovod elsewhere is never shadowed):
@@ -73,12 +75,12 @@ def write_shims(root):
 class _DeselectByName:
     """pytest plugin: deselects the tests whose function names are in `names`, exactly."""
 
-    def __init__(self, names, source):
-        self.names, self.source = names, source
+    def __init__(self, names, listed, source):
+        self.names, self.listed, self.source = names, listed, source
 
     def pytest_collection_modifyitems(self, config, items):
         found = {item.originalname or item.name for item in items}
-        missing = sorted(self.names - found)
+        missing = sorted(self.listed - found)
         if missing:
             raise ValueError("%s lists tests the file does not have: %s"
                              % (self.source, ", ".join(missing)))
@@ -87,14 +89,25 @@ class _DeselectByName:
         config.hook.pytest_deselected(items=dropped)
 
 
-def _read_names(path):
-    names = set()
+def _read_names(path, size):
+    """The names LIST deselects in a launch of `size` ranks, and every name it lists."""
+    names, listed = set(), set()
     with open(path) as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if line:
-                names.add(line)
-    return names
+        for number, line in enumerate(f, 1):
+            words = line.split("#", 1)[0].split()
+            if not words:
+                continue
+            listed.add(words[0])
+            cond = words[1:]
+            if not cond:
+                names.add(words[0])
+            elif len(cond) == 1 and cond[0].startswith("size>=") and cond[0][6:].isdigit():
+                if size >= int(cond[0][6:]):
+                    names.add(words[0])
+            else:
+                raise ValueError("%s:%d: after the test name only 'size>=N' may follow, not %r"
+                                 % (path, number, " ".join(cond)))
+    return names, listed
 
 
 def main(argv):
@@ -103,7 +116,10 @@ def main(argv):
         if len(argv) < 2 or not os.path.isfile(argv[1]):
             sys.stderr.write("error: --deselect-file needs an existing file\n")
             return 2
-        plugins.append(_DeselectByName(_read_names(argv[1]), argv[1]))
+        size = next((int(os.environ[v]) for v in ("DADT_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+                     if v in os.environ), 1)
+        names, listed = _read_names(argv[1], size)
+        plugins.append(_DeselectByName(names, listed, argv[1]))
         argv = argv[2:]
     if not argv or not os.path.isfile(argv[0]):
         sys.stderr.write("usage: horovod_harness.py PATH/TO/HOROVOD/test_FILE.py [pytest args]\n"

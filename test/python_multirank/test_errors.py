@@ -139,24 +139,60 @@ def test_root_rank_out_of_range(world, nm):
     check(err, elapsed, (ValueError, RuntimeError), name, after)
 
 
+@multi_rank
 def test_duplicate_in_flight_name(world, nm):
     name = nm("dup")
-    # A name is in flight until its op completes; a 32 MiB allreduce queued in front keeps the
-    # first op pending while the second one is enqueued, even at size 1.
-    h0 = dadt.allreduce_async(torch.ones(8 * 1024 * 1024), name=nm("ahead"), op=dadt.Sum)
+    # A name is in flight until the runtime completes its collective. The last rank submits only
+    # after the barrier, so on every other rank the first op cannot have completed when the second
+    # call comes (a small op may complete as soon as every rank has submitted it: the coordinator
+    # reduces it itself, ahead of anything queued on the data plane).
     first = torch.full((6,), float(world.rank))
-    h1 = dadt.allreduce_async(first, name=name, op=dadt.Sum)
-    err, elapsed = attempt(lambda: dadt.allreduce_async(torch.ones(6), name=name, op=dadt.Sum))
+    err, elapsed = None, 0.0
+    if world.rank < world.size - 1:
+        h1 = dadt.allreduce_async(first, name=name, op=dadt.Sum)
+        err, elapsed = attempt(lambda: dadt.allreduce_async(torch.ones(6), name=name, op=dadt.Sum))
+    dadt.barrier()
+    if world.rank == world.size - 1:
+        h1 = dadt.allreduce_async(first, name=name, op=dadt.Sum)
     try:
-        dadt.synchronize(h0)
         out = dadt.synchronize(h1)
         first_result = None
     except Exception as e:  # noqa: BLE001
         out, first_result = None, f"the first op failed: {type(e).__name__}: {e}"
     after = still_usable(world, nm("after"))
-    check(err, elapsed, ValueError, name, after)
+    if world.rank < world.size - 1:
+        check(err, elapsed, ValueError, name, after)
+    assert after is None, after
     assert first_result is None, first_result
     assert_equal(out, torch.full((6,), float(sum(range(world.size)))), "the first op's result")
+
+
+@multi_rank
+@pytest.mark.parametrize("grouped", [False, True], ids=["single", "grouped"])
+def test_name_is_free_once_the_runtime_completed_it(world, nm, grouped):
+    # Horovod's rule: a name is taken while the runtime runs its collective, not until its handle
+    # is synchronized (Horovod's own tests reuse names of completed, never synchronized handles).
+    name = nm("held")
+    submit = ((lambda: dadt.grouped_allreduce_async([torch.ones(3), torch.ones(2)], name=name, op=dadt.Sum))
+              if grouped else (lambda: dadt.allreduce_async(torch.ones(3), name=name, op=dadt.Sum)))
+    first = None
+    if world.rank == 0:
+        first = submit()  # cannot complete: the other ranks have not submitted it yet
+        err, elapsed = attempt(submit)
+        check(err, elapsed, ValueError, name)
+    dadt.barrier()
+    if world.rank > 0:
+        first = submit()
+    deadline = time.monotonic() + LIMIT_S
+    while not dadt.poll(first):
+        assert time.monotonic() < deadline, "the first collective did not complete"
+        time.sleep(0.001)
+    second = submit()  # the first is complete but not synchronized: the name is free again
+    for h in (second, first):
+        out = dadt.synchronize(h)
+        outs = out if grouped else [out]
+        for got, n in zip(outs, (3, 2)):
+            assert_equal(got, torch.full((n,), float(world.size)), f"{name} after reuse")
 
 
 @pytest.mark.parametrize("kind", ["allreduce", "allreduce_", "allgather", "broadcast_", "alltoall", "reducescatter"])

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import dadt.torch as dadt
-from collective_utils import DTYPES, FLOAT_DTYPES, assert_equal, dtype_id, inputs_for, reduce_expected
+from collective_utils import DTYPES, FLOAT_DTYPES, OPS, assert_equal, dtype_id, inputs_for, reduce_expected
 
 
 def my_slice(rows, rank, size):
@@ -68,6 +68,18 @@ def test_reducescatter_scaling(world, nm, dtype):
     x = inputs_for("Sum", shape, dtype, world.rank, world.size, salt=3)
     out = dadt.reducescatter(x, name=nm(), op=dadt.Sum, prescale_factor=0.5, postscale_factor=4.0)
     assert_equal(out, expected_part("Sum", shape, dtype, world, salt=3, prescale=0.5, postscale=4.0), "scaled")
+
+
+@pytest.mark.parametrize("op_name", ["Max", "Product"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.int32], ids=dtype_id)
+def test_reducescatter_prescale_applies_to_each_input(world, nm, dtype, op_name):
+    # A negative prescale makes Max give -min, and Product carries (-1)^size: scaling the reduced
+    # result instead of each rank's input (Horovod's order) would give other values.
+    shape = (world.size + 1, 3)
+    x = inputs_for(op_name, shape, dtype, world.rank, world.size, salt=5)
+    out = dadt.reducescatter(x, name=nm(), op=OPS[op_name], prescale_factor=-1.0, postscale_factor=2.0)
+    assert_equal(out, expected_part(op_name, shape, dtype, world, salt=5, prescale=-1.0, postscale=2.0),
+                 f"reducescatter {op_name} {dtype} prescale -1 postscale 2")
 
 
 def test_reducescatter_async_out_of_order(world, nm):

@@ -9,18 +9,19 @@ idiomatic for its framework (gradients, graph mode, pytrees).
 
 Semantics, names and errors are those of dadt.torch: collectives are keyed by name (generated
 from a per-op counter when None, so ranks calling in the same order agree), a name is refused
-while a collective of that name is in flight on this rank, and runtime failures raise
+while the runtime still runs a collective of that name on this rank (dadt.common.in_flight), and runtime failures raise
 TensorMismatchError, ValueError or DadtInternalError with the runtime's message.
 """
 
 import hashlib
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from dadt.common import dlpack
 from dadt.common.basics import _core, call, on_new_incarnation, wait_all
 from dadt.common.exceptions import DadtInternalError
+from dadt.common.in_flight import InFlightNames
 from dadt.common.util import collective_name
 from dadt.common.util import (NOT_INITIALIZED, OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL,
                               OP_BARRIER, OP_BROADCAST, OP_JOIN, OP_REDUCESCATTER, Average, Max,
@@ -40,7 +41,7 @@ class _Entry:
 
 
 _entries: Dict[int, _Entry] = {}
-_in_flight: Set[str] = set()
+_in_flight = InFlightNames()  # names the runtime still runs (Horovod's rule)
 
 
 @on_new_incarnation
@@ -79,10 +80,7 @@ def _submit(op_type: int, name: str, array: Optional[np.ndarray], output: Option
     """Enqueues one collective; appends what must outlive it to ``keep``; returns its handle."""
     if not _core.is_initialized():
         raise ValueError(NOT_INITIALIZED)
-    if name in _in_flight:
-        raise ValueError("a collective named '%s' is already in flight on this rank; names must "
-                         "be unique among pending collectives (synchronize the first one, or "
-                         "pick another name)" % name)
+    _in_flight.check(name)
     source = sink = None
     if array is not None:
         source, held = dlpack.to_capsule(array, writable=output is array)
@@ -96,7 +94,7 @@ def _submit(op_type: int, name: str, array: Optional[np.ndarray], output: Option
                   float(desc.get("prescale", 1.0)), float(desc.get("postscale", 1.0)),
                   int(desc.get("root_rank", 0)), desc.get("splits"), desc.get("group_id", -1),
                   desc.get("group_size", 0))
-    _in_flight.add(name)
+    _in_flight.add(name, handle)
     keep.append(source)
     keep.append(sink)
     return handle
@@ -146,8 +144,7 @@ def grouped_allreduce_async(values: Sequence[Any], name: Optional[str] = None, o
     # member would leave the others waiting for a group that never completes.
     for array, member in zip(arrays, names):
         _check_reduction(array, member, op, prescale_factor, postscale_factor)
-        if member in _in_flight:
-            raise ValueError("a collective named '%s' is already in flight on this rank" % member)
+        _in_flight.check(member)
     digest = hashlib.blake2b("\0".join(names).encode(), digest_size=8).digest()
     group_id = int.from_bytes(digest, "little") & (2**63 - 1)
     outputs = [dlpack.aligned_empty(a.shape, a.dtype) for a in arrays]
@@ -205,8 +202,7 @@ def grouped_reducescatter_async(values: Sequence[Any], name: Optional[str] = Non
 def _check_not_in_flight(names: Sequence[str]) -> None:
     # Checked before any member is enqueued, so that a refusal leaves nothing half-submitted.
     for member in names:
-        if member in _in_flight:
-            raise ValueError("a collective named '%s' is already in flight on this rank" % member)
+        _in_flight.check(member)
 
 
 def broadcast_async(value: Any, root_rank: int, name: Optional[str] = None) -> int:
@@ -258,12 +254,13 @@ def reducescatter_async(value: Any, name: Optional[str] = None, op: int = Averag
 
 def pending_handle(name: str) -> Optional[int]:
     """The handle of this rank's in-flight collective named ``name`` (None when there is none)."""
-    if name not in _in_flight:
+    handle = _in_flight.handle(name)
+    if handle is None:
         return None
     # A copy: TensorFlow runs graph-mode submits on several threads, which add entries.
-    for handle, entry in list(_entries.items()):
-        if name in entry.names:
-            return handle
+    for first, entry in list(_entries.items()):
+        if handle in entry.handles:
+            return first
     return None
 
 
@@ -290,7 +287,7 @@ def synchronize(handle: int) -> Any:
     finally:
         for h, n in zip(entry.handles, entry.names):
             _core.release(h)
-            _in_flight.discard(n)
+            _in_flight.discard(n, h)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -103,8 +103,7 @@ def _group(kind, tensors, name):
     names = ["%s.%d" % (name, i) for i in range(len(tensors))]
     for tensor, member in zip(tensors, names):
         check_tensor(tensor, member)
-        if member in handles._names_in_flight:
-            raise ValueError("a collective named '%s' is already in flight on this rank" % member)
+        handles._names_in_flight.check(member)
     check_same_device(tensors, names)
     # The id names the group on every rank alike, whatever order ranks submit groups in: a hash
     # of the member names (unique among in-flight collectives by contract).

@@ -18,6 +18,7 @@ import torch.utils.dlpack
 
 from dadt.common.basics import _core, call, on_new_incarnation, wait_all
 from dadt.common.exceptions import DadtInternalError, DeviceMismatchError
+from dadt.common.in_flight import InFlightNames
 from dadt.common.util import NOT_INITIALIZED, Average, collective_name
 
 _SUPPORTED_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.uint16, torch.int32, torch.int64,
@@ -40,11 +41,11 @@ class _Pending(NamedTuple):
     finish: Optional[Callable[[List[int]], Any]]  # runs after a successful wait, before release
 
 
-# The torch layer's state: handle -> _Pending; the names of collectives not yet synchronized
-# (a name is refused until its handle is synchronized, however soon the runtime finished it);
-# unnamed collectives are named by dadt.common.util.collective_name.
+# The torch layer's state: handle -> _Pending; the names of collectives the runtime still runs
+# (Horovod's rule: a name is free again once its collective completed, synchronized or not;
+# dadt.common.in_flight); unnamed collectives are named by dadt.common.util.collective_name.
 _handle_map: Dict[int, _Pending] = {}
-_names_in_flight: Set[str] = set()
+_names_in_flight = InFlightNames()
 # Handles of earlier incarnations never synchronized: synchronize() refuses them (ValueError).
 _stale_handles: Set[int] = set()
 
@@ -92,10 +93,7 @@ def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],
     """Enqueues one collective in the runtime; pass the result to `register()`."""
     if not _core.is_initialized():
         raise ValueError(NOT_INITIALIZED)
-    if name in _names_in_flight:
-        raise ValueError("a collective named '%s' is already in flight on this rank; names must "
-                         "be unique among pending collectives (synchronize the first one, or "
-                         "pick another name)" % name)
+    _names_in_flight.check(name)
     stream, staged_device, copy_back = 0, -1, None
     gpu = tensor is not None and tensor.device.type == "cuda"
     if gpu and _core.device_backend() == "nccl":
@@ -119,7 +117,7 @@ def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],
     handle = call(_core.enqueue, op_type, name, in_capsule, out_capsule, int(reduce_op),
                   float(prescale_factor), float(postscale_factor), int(root_rank), splits,
                   group_id, group_size, stream, staged_device)
-    _names_in_flight.add(name)
+    _names_in_flight.add(name, handle)
     return Member(handle, name, (in_capsule, out_capsule, tensor, output), copy_back)
 
 
@@ -200,4 +198,4 @@ def synchronize(handle: int):
     finally:
         for m in pending.members:
             _core.release(m.handle)
-            _names_in_flight.discard(m.name)
+            _names_in_flight.discard(m.name, m.handle)
