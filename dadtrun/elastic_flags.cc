@@ -58,6 +58,10 @@ Status ConvertElasticFlags(const RawElasticFlags& raw, LaunchConfig* config) {
   if (config->controller == "mpi") {
     return InvalidArgument("elastic training needs --gloo: MPI cannot change the size of its world");
   }
+  if (!config->output_dir.empty()) {
+    return InvalidArgument("--output-filename is not supported for elastic jobs yet (their workers come and go); "
+                           "each worker's lines are prefixed with its id on dadtrun's output instead");
+  }
   int64_t v = 0;
   e.min_np = config->num_proc;
   if (!raw.min_np.empty()) {
