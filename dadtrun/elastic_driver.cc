@@ -255,10 +255,14 @@ void ElasticDriver::TryPublishRound(Clock::time_point now) {
   ++round_;
   for (const PlannedWorker& p : plan.workers) hooks_.publish(AssignKey(round_, p.worker_id), p.AssignmentValue());
   for (const std::string& id : plan.removed) {
-    hooks_.publish(AssignKey(round_, id), "removed");
     Worker& w = workers_.at(id);
     w.removed = true;
     Say(Describe(w) + " on " + w.spec.host + " removed from the job");
+  }
+  // Every running worker not in the round is told so, also one removed earlier that has not
+  // re-initialised yet: it reads only the latest round, and must not wait in it for nothing.
+  for (const auto& [id, w] : workers_) {
+    if (w.running && w.removed) hooks_.publish(AssignKey(round_, id), "removed");
   }
   hooks_.publish(RoundSizeKey(round_), std::to_string(plan.workers.size()));
   hooks_.publish(RoundKey(), std::to_string(round_));

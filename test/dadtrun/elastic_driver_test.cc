@@ -133,6 +133,26 @@ TEST_F(ElasticDriverTest, DroppedHostGetsANoticeAndItsRemovedWorkerNeverEndsTheJ
   EXPECT_LT(IndexOf(NoticeKey()), IndexOf(AssignKey(2, "a/0/1")));  // the notice comes first
 }
 
+TEST_F(ElasticDriverTest, WorkerRemovedEarlierIsRemovedInEveryLaterRound) {
+  options_.config.min_np = 1;
+  options_.initial_hosts = {{"a", 1}, {"b", 1}, {"c", 1}};
+  std::atomic<int> polls{0};
+  hooks_.poll_discovery = [&]() -> std::optional<StatusOr<std::vector<HostSlots>>> {
+    ++polls;
+    if (polls == 5) return StatusOr<std::vector<HostSlots>>(std::vector<HostSlots>{{"a", 1}, {"c", 1}});
+    if (polls == 15) return StatusOr<std::vector<HostSlots>>(std::vector<HostSlots>{{"a", 1}});
+    return std::nullopt;
+  };
+  // b is slow to leave (still running at round 3); a and c follow the rounds.
+  script_ = [](const ElasticWorkerSpec& s) { return s.host == "b" ? "exec sleep 100" : AwaitRound(3) + "exit 0"; };
+  EXPECT_EQ(Run(), 0);
+  EXPECT_EQ(Get(AssignKey(2, "b/0/2")), "removed");
+  EXPECT_EQ(Get(AssignKey(3, "b/0/2")), "removed");
+  EXPECT_EQ(Get(AssignKey(3, "c/0/3")), "removed");
+  EXPECT_EQ(Get(AssignKey(3, "a/0/1")), "0 1 0 1 0 1");
+  EXPECT_EQ(Get(NoticeKey()), "2");
+}
+
 TEST_F(ElasticDriverTest, ResetLimitEndsTheJobAndStopsEveryWorker) {
   options_.config.min_np = 1;
   options_.config.reset_limit = 0;

@@ -244,3 +244,14 @@ def test_mpi_is_refused_for_elastic_jobs(dadtrun):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "dadtrun: elastic training needs --gloo: MPI cannot change the size of its world"
+
+
+def test_signal_to_dadtrun_stops_every_worker(ejob):
+    ejob.start("--min-np", "1", "-H", f"{H1}:2,{H2}:1")
+    ejob.wait_for("err", r"round 1: 3 workers")
+    for wid in (f"{H1}/0/1", f"{H1}/1/2", f"{H2}/0/3"):
+        ejob.wait_assigned(wid, 1)
+    ejob.proc.send_signal(signal.SIGTERM)
+    assert ejob.wait_exit() == 128 + signal.SIGTERM, ejob.dump()
+    ejob.wait_for("err", r"^dadtrun: received SIGTERM; forwarding it to 3 worker\(s\)$")
+    ejob.assert_nothing_left()
