@@ -31,9 +31,9 @@ EnvMap ElasticWorkerEnvironment(const LaunchConfig& config, const JobEndpoints& 
                            kTorchGroupRank, kTorchGroupWorldSize, kTorchRoleRank, kTorchRoleWorldSize}) {
     env.erase(name);
   }
-  env[kElasticEnv] = "1";
-  env[kElasticWorkerIdEnv] = worker.id;
-  env[kElasticTimeoutEnv] = std::to_string(config.elastic.elastic_timeout_seconds);
+  env[env::kElastic] = "1";
+  env[env::kElasticWorkerId] = worker.id;
+  env[env::kElasticTimeout] = std::to_string(config.elastic.elastic_timeout_seconds);
   env[env::kHostname] = IsLocalHost(worker.host, endpoints.hostname) ? endpoints.hostname : worker.host;
   if (worker.workers_on_host > 1 && user_env.find(env::kOmpNumThreads) == user_env.end()) {
     env[env::kOmpNumThreads] = "1";
