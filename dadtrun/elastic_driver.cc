@@ -101,12 +101,19 @@ int ElasticDriver::Run() {
 void ElasticDriver::Reap(Clock::time_point now) {
   for (auto& [id, w] : workers_) {
     if (!w.running) continue;
-    int status = 0;
-    const pid_t r = ::waitpid(w.handle.pid, &status, WNOHANG);
-    if (r == 0 || (r < 0 && errno == EINTR)) continue;
+    // Seen without reaping first: while the worker is a zombie its pid, and so its process group
+    // id, cannot be reused, so the SIGKILL for what it left in its group reaches nobody else.
+    siginfo_t info{};
+    const int seen = ::waitid(P_PID, static_cast<id_t>(w.handle.pid), &info, WEXITED | WNOHANG | WNOWAIT);
+    if (seen == 0 && info.si_pid != w.handle.pid) continue;  // still running
+    if (seen < 0 && errno == EINTR) continue;
     w.running = false;
-    ::kill(-w.handle.pid, SIGKILL);  // what it left in its process group goes with it
-    if (r > 0) OnExit(&w, status, now);
+    if (seen < 0) continue;  // ECHILD: not ours any more
+    ::kill(-w.handle.pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(w.handle.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    OnExit(&w, status, now);
   }
 }
 

@@ -119,6 +119,8 @@ class ElasticJob:
 
 @pytest.fixture
 def ejob(dadtrun, tmp_path):
+    if H3 in (H1, H2):
+        pytest.skip(f"this machine's host name is {H3!r}: no third local host name")
     j = ElasticJob(dadtrun, tmp_path)
     yield j
     j.cleanup()
@@ -192,10 +194,7 @@ def test_below_min_np_past_elastic_timeout_ends_the_job(ejob):
     _, victim = ejob.wait_assigned(f"{H2}/0/2", 1)
     os.kill(victim, signal.SIGKILL)
     ejob.wait_for("err", r"^dadtrun: elastic: waiting for 2 slots \(have 1, need --min-np 2\); giving up in [23] s$")
-    start = time.monotonic()
-    code = ejob.wait_exit()
-    assert code == 1, ejob.dump()
-    assert time.monotonic() - start < 10
+    assert ejob.wait_exit() == 1, ejob.dump()
     ejob.wait_for("err", r"^dadtrun: elastic: elastic timeout: waited 3 s \(--elastic-timeout\) with 1 usable "
                          r"slot\(s\), fewer than --min-np 2; stopping$")
     ejob.assert_nothing_left()  # the survivor was stopped too
