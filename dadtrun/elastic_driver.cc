@@ -222,6 +222,22 @@ void ElasticDriver::TryPublishRound(Clock::time_point now) {
     }
     return;  // round_wanted_ stays: planned again on every tick until enough
   }
+  // The same world as the current round (a change that ended where it began, e.g. a host listed
+  // and blacklisted before it could start): no notice, no round, no reset. A notice without a new
+  // round would leave the workers waiting for one.
+  bool same = round_ > 0 && plan.removed.empty();
+  for (const PlannedWorker& p : plan.workers) {
+    auto it = workers_.find(p.worker_id);  // a new worker (empty id) is never the same world
+    same = same && it != workers_.end() && it->second.round == round_ && it->second.assignment == p.AssignmentValue();
+  }
+  if (same) {
+    if (options_.verbose) Say("hosts changed, but round " + std::to_string(round_) + " stays as it is");
+    notice_kind_.clear();
+    round_wanted_ = false;
+    below_since_.reset();
+    waiting_reported_have_ = -1;
+    return;
+  }
   if (round_ > 0 && c.reset_limit >= 0 && resets_ + 1 > c.reset_limit) {
     Fatal("reset limit reached: the job needs reset " + std::to_string(resets_ + 1) + " but --reset-limit is " +
               std::to_string(c.reset_limit) + "; stopping",
@@ -278,6 +294,7 @@ void ElasticDriver::TryPublishRound(Clock::time_point now) {
     Worker& w = workers_.at(p.worker_id);
     w.round = round_;
     w.rank = p.rank;
+    w.assignment = p.AssignmentValue();
     if (std::find(host_names.begin(), host_names.end(), p.host) == host_names.end()) host_names.push_back(p.host);
   }
   std::string hosts_text;

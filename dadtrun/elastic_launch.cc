@@ -100,7 +100,13 @@ int LaunchElastic(const LaunchConfig& config) {
   OutputMux::Options mux_options;  // no --output-filename files: refused for elastic jobs in cli
 
   ElasticDriverHooks hooks;
+  const bool loopback_only = *bind_addr == "127.0.0.1";
   hooks.spawn = [&](const ElasticWorkerSpec& spec) -> StatusOr<ElasticWorkerHandle> {
+    if (loopback_only && !IsLocalHost(spec.host, local_hostname)) {
+      return InvalidArgument("host " + spec.host + " cannot reach the rendezvous server, which listens on "
+                             "127.0.0.1 because every first host was this machine; start dadtrun with "
+                             "--network-interface IFACE when the discovery script may add other hosts");
+    }
     SpawnRequest request;
     request.rank = 0;
     request.command = config.command;

@@ -33,6 +33,7 @@ class ElasticDriverTest : public ::testing::Test {
     options_.failure_grace = milliseconds(1000);
     options_.settle = milliseconds(100);
     hooks_.spawn = [this](const ElasticWorkerSpec& spec) -> StatusOr<ElasticWorkerHandle> {
+      if (spec.host == "unreachable") return InvalidArgument("cannot start anything on " + spec.host);
       SpawnRequest req;
       req.command = {"sh", "-c", script_(spec)};
       req.env = {"PATH=/usr/bin:/bin", "R=" + dir_ + "/round"};
@@ -151,6 +152,26 @@ TEST_F(ElasticDriverTest, WorkerRemovedEarlierIsRemovedInEveryLaterRound) {
   EXPECT_EQ(Get(AssignKey(3, "c/0/3")), "removed");
   EXPECT_EQ(Get(AssignKey(3, "a/0/1")), "0 1 0 1 0 1");
   EXPECT_EQ(Get(NoticeKey()), "2");
+}
+
+TEST_F(ElasticDriverTest, HostThatCannotStartAWorkerCostsNoRound) {
+  options_.config.min_np = 1;
+  options_.initial_hosts = {{"a", 1}};
+  std::atomic<int> polls{0};
+  hooks_.poll_discovery = [&]() -> std::optional<StatusOr<std::vector<HostSlots>>> {
+    if (++polls == 3) return StatusOr<std::vector<HostSlots>>(std::vector<HostSlots>{{"a", 1}, {"unreachable", 1}});
+    return std::nullopt;
+  };
+  script_ = [this](const ElasticWorkerSpec&) {
+    return AwaitRound(1) + "while [ ! -e " + dir_ + "/go ]; do sleep 0.02; done; exit 0";
+  };
+  hooks_.on_tick = [&] {
+    if (polls == 10) std::ofstream(dir_ + "/go") << "\n";  // well after the failed start
+  };
+  EXPECT_EQ(Run(), 0);
+  EXPECT_EQ(Get(RoundKey()), "1");
+  EXPECT_EQ(Get(NoticeKey()), "<unset>");
+  EXPECT_EQ(spawned_, (std::vector<std::string>{"a/0/1"}));
 }
 
 TEST_F(ElasticDriverTest, ResetLimitEndsTheJobAndStopsEveryWorker) {

@@ -254,3 +254,16 @@ def test_signal_to_dadtrun_stops_every_worker(ejob):
     assert ejob.wait_exit() == 128 + signal.SIGTERM, ejob.dump()
     ejob.wait_for("err", r"^dadtrun: received SIGTERM; forwarding it to 3 worker\(s\)$")
     ejob.assert_nothing_left()
+
+
+def test_remote_host_added_to_a_loopback_job_is_refused_clearly(ejob, tmp_path):
+    script, listing = discovery(tmp_path, [f"{H1}:1"])
+    ejob.start("--min-np", "1", "--host-discovery-script", script)
+    ejob.wait_assigned(f"{H1}/0/1", 1)
+    listing.write_text(f"{H1}:1\nfar-away-host:1\n")
+    ejob.wait_for("err", r"^dadtrun: elastic: cannot start worker far-away-host/0/2: host far-away-host cannot reach "
+                         r"the rendezvous server, which listens on 127.0.0.1 .* start dadtrun with --network-interface "
+                         r"IFACE when the discovery script may add other hosts; host far-away-host blacklisted")
+    ejob.finish()
+    assert ejob.wait_exit() == 0, ejob.dump()
+    ejob.assert_nothing_left()
