@@ -194,10 +194,10 @@ void ElasticDriver::TakeHostChanges(Clock::time_point now) {
     Say("host " + h.host + " added (" + std::to_string(h.slots) + " slot" + (h.slots == 1 ? "" : "s") + ")");
   }
   for (const std::string& h : change.removed) Say("host " + h + " removed (no longer listed)");
-  if (change.more_slots || change.fewer_slots) {
-    Say(std::string("slots ") + (change.more_slots ? "added" : "") + (change.more_slots && change.fewer_slots ? " and " : "") +
-        (change.fewer_slots ? "removed" : "") + " on known hosts");
+  for (const HostSlots& h : change.resized) {
+    Say("host " + h.host + " now has " + std::to_string(h.slots) + " slot" + (h.slots == 1 ? "" : "s"));
   }
+  for (const std::string& slot : change.slots_back) Say("slot " + slot + " usable again (its rest is over)");
   // Several changes before one round: one notice of their combined kind.
   const std::string kind = change.Kind();
   notice_kind_ = notice_kind_.empty() || notice_kind_ == kind ? kind : "mixed";

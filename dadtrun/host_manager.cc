@@ -50,7 +50,10 @@ HostChange HostManager::ExpireRests(ElasticClock::time_point now) {
     }
     for (auto it = r.resting.begin(); it != r.resting.end();) {
       if (it->second != kForever && it->second <= now) {
-        if (r.listed && it->first < r.slots) change.more_slots = true;
+        if (r.listed && it->first < r.slots) {
+          change.more_slots = true;
+          change.slots_back.push_back(host + ":" + std::to_string(it->first));
+        }
         it = r.resting.erase(it);
       } else {
         ++it;
@@ -85,10 +88,9 @@ HostChange HostManager::Update(const std::vector<HostSlots>& listed, ElasticCloc
     if (r.blacklisted_until) continue;  // comes back when its cooldown ends
     if (!was_listed) {
       if (UsableSlots(r) > 0) change.added.push_back({h.host, UsableSlots(r)});
-    } else if (h.slots > old_slots) {
-      change.more_slots = true;
-    } else if (h.slots < old_slots) {
-      change.fewer_slots = true;
+    } else if (h.slots != old_slots) {
+      (h.slots > old_slots ? change.more_slots : change.fewer_slots) = true;
+      change.resized.push_back(h);
     }
   }
   for (auto& [host, r] : hosts_) {

@@ -54,6 +54,8 @@ struct HostChange {
   std::vector<std::string> removed;    // no longer listed
   bool more_slots = false;             // an existing host got usable slots (listed, or a rest ended)
   bool fewer_slots = false;            // an existing host lost listed slots
+  std::vector<std::string> slots_back;  // "host:slot" whose rest ended
+  std::vector<HostSlots> resized;       // listed hosts whose slot count changed (the new count)
   bool any() const { return !added.empty() || !removed.empty() || more_slots || fewer_slots; }
   // "added", "removed" or "mixed" (the contract's notice kinds); "" when nothing changed.
   std::string Kind() const;

@@ -41,7 +41,11 @@ TEST(HostManagerTest, FirstSeenOrderSurvivesRelisting) {
 TEST(HostManagerTest, ChangeKinds) {
   HostManager m(std::nullopt);
   m.Update({{"a", 2}, {"b", 1}}, t0);
-  EXPECT_EQ(m.Update({{"a", 3}, {"b", 1}}, t0).Kind(), "added");    // more slots
+  HostChange c = m.Update({{"a", 3}, {"b", 1}}, t0);
+  EXPECT_EQ(c.Kind(), "added");  // more slots
+  ASSERT_EQ(c.resized.size(), 1u);
+  EXPECT_EQ(c.resized[0].host, "a");
+  EXPECT_EQ(c.resized[0].slots, 3);
   EXPECT_EQ(m.Update({{"a", 1}, {"b", 1}}, t0).Kind(), "removed");  // fewer slots
   EXPECT_EQ(m.Update({{"a", 1}, {"c", 1}}, t0).Kind(), "mixed");    // b out, c in
   EXPECT_EQ(m.Update({{"a", 1}, {"c", 1}}, t0).Kind(), "");
@@ -68,6 +72,7 @@ TEST(HostManagerTest, OneFailedSlotDoesNotBlacklistAHealthyHost) {
   EXPECT_FALSE(m.ExpireRests(t0 + seconds(9)).any());
   HostChange back = m.ExpireRests(t0 + seconds(10));
   EXPECT_EQ(back.Kind(), "added");
+  EXPECT_EQ(back.slots_back, (std::vector<std::string>{"a:1"}));
   EXPECT_TRUE(m.IsUsable("a", 1));
   // Failing again there: the slot rests twice as long.
   EXPECT_EQ(m.RecordFailure("a", 1, t0 + seconds(20)).cooldown, seconds(20));

@@ -267,3 +267,23 @@ def test_remote_host_added_to_a_loopback_job_is_refused_clearly(ejob, tmp_path):
     ejob.finish()
     assert ejob.wait_exit() == 0, ejob.dump()
     ejob.assert_nothing_left()
+
+
+def test_one_failed_slot_rests_alone_and_comes_back(ejob):
+    ejob.start("--min-np", "1", "--blacklist-cooldown-range", "1", "8", "-H", f"{H1}:2")
+    ejob.wait_for("err", rf"round 1: 2 workers on {H1}$")
+    _, victim = ejob.wait_assigned(f"{H1}/1/2", 1)
+    os.kill(victim, signal.SIGKILL)
+    ejob.wait_for("err", rf"^dadtrun: elastic: rank 1 \(worker {H1}/1/2\) on host {H1} lost: killed by SIGKILL; "
+                         rf"slot {H1}:1 rests until \d\d:\d\d:\d\d \(cooldown 1 s\)$")
+    # The host's other slot keeps its worker: no blacklisting.
+    ejob.wait_for("err", rf"^dadtrun: elastic: round 2: 1 worker on {H1} \(reset 1\)$")
+    assert ejob.wait_assigned(f"{H1}/0/1", 2)[0] == "0 1 0 1 0 1"
+    ejob.wait_for("err", rf"^dadtrun: elastic: slot {H1}:1 usable again \(its rest is over\)$", timeout=10)
+    ejob.wait_for("err", rf"^dadtrun: elastic: round 3: 2 workers on {H1} \(reset 2\)$")
+    assert ejob.wait_assigned(f"{H1}/1/3", 3)[0] == "1 2 1 2 0 1"
+    with ejob.lock:
+        assert not any("blacklisted" in line for line in ejob.err), ejob.dump()
+    ejob.finish()
+    assert ejob.wait_exit() == 0, ejob.dump()
+    ejob.assert_nothing_left()
