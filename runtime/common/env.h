@@ -25,6 +25,11 @@ inline constexpr const char kRendezvousAddr[] = "DADT_RENDEZVOUS_ADDR";
 inline constexpr const char kRendezvousPort[] = "DADT_RENDEZVOUS_PORT";
 inline constexpr const char kSecret[] = "DADT_SECRET";
 inline constexpr const char kIface[] = "DADT_IFACE";
+// Elastic mode (docs/elastic.md): geometry comes from the launcher's rounds, not from the above.
+inline constexpr const char kElastic[] = "DADT_ELASTIC";                    // 1: elastic worker
+inline constexpr const char kElasticWorkerId[] = "DADT_ELASTIC_WORKER_ID";  // host/slot/spawn seq
+inline constexpr const char kElasticTimeout[] = "DADT_ELASTIC_TIMEOUT";     // seconds
+inline constexpr int64_t kDefaultElasticTimeoutSeconds = 600;
 // torchrun's names, so plain torch.distributed scripts run under dadtrun too.
 inline constexpr const char kTorchRank[] = "RANK";
 inline constexpr const char kTorchWorldSize[] = "WORLD_SIZE";
