@@ -9,9 +9,11 @@ one global number, ``processed_num``; ``record_batch`` adds B*n (capped at the d
 commit saves it and a reset re-partitions ``indices[processed_num:]`` over the new world.
 
 Unlike Horovod's, the shards are not padded to equal length (padding repeats samples): at the end
-of an epoch ranks may hold one sample more or less, so the last step can have one batch fewer on
-some ranks. Average gradients with ``dadt.join()`` at the epoch's end, or drop nothing and let the
-last short step be (docs/elastic.md, "Writing an elastic training script").
+of an epoch ranks may hold one sample more or less, so in the last step some ranks may have a
+short or even an empty batch. Every rank must still take that step (each step is an allreduce on
+every rank): loop ``for step in range(sampler.num_steps(batch_size))`` over
+``sampler.get_indices(step, batch_size)`` and let an empty batch contribute a zero loss (sum the
+loss and divide by the batch size), as examples/elastic/train_digits_elastic.py does.
 """
 
 import random
@@ -56,8 +58,14 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.processed_num = min(len(self.dataset),
                                  self.processed_num + batch_size * self.num_replicas)
 
+    def num_steps(self, batch_size: int) -> int:
+        """Lockstep steps of ``batch_size`` per rank left in this epoch: the same on every rank
+        (the longest shard's batch count)."""
+        per_step = batch_size * self.num_replicas
+        return (len(self.remaining_indices) + per_step - 1) // per_step
+
     def get_indices(self, batch_idx: int, batch_size: int) -> List[int]:
-        """This rank's indices of batch ``batch_idx`` since the last reset."""
+        """This rank's indices of batch ``batch_idx`` since the last reset (empty past its shard)."""
         mine = self._shard()
         return mine[batch_idx * batch_size:(batch_idx + 1) * batch_size]
 
