@@ -42,7 +42,7 @@ note("shut_down", round(time.monotonic() - failed_at, 3))
 
 hvd.init()  # round 2
 y = hvd.allreduce(torch.full((5,), float(hvd.rank() + 1)), name="r2", op=hvd.Sum)
-note("round2", hvd.rank(), hvd.size(), float(y[0]))
+note("round2", hvd.rank(), hvd.size(), float(y[0]), "%.3f" % time.time())
 hvd.shutdown()
 
 hvd.init()  # round 3: the survivor that is removed never returns from here (exit 0)

@@ -74,12 +74,16 @@ def test_survivors_fail_cleanly_and_rejoin_a_smaller_world(tmp_path, victim):
         assert detected_s < GLOO_TIMEOUT_S + 10, detected_s
 
         # Round 2: the survivors, the oldest first.
+        published_at = time.time()
         driver.publish_round([ids[i] for i in survivors], removed=[])
         _wait_for(lambda: all(any(l[0] == "round2" for l in _lines(status[i])) for i in survivors),
                   "round 2's allreduce", 60, procs)
         for rank, i in enumerate(survivors):
             events = {l[0]: l[1:] for l in _lines(status[i])}
-            assert events["round2"] == [str(rank), "2", "3.0"], events  # 1 + 2
+            assert events["round2"][:3] == [str(rank), "2", "3.0"], events  # 1 + 2
+            # Not asserted (timing is noisy here); docs/elastic.md quotes it.
+            print("kill -> failure seen and shut down: %.2f s; round published -> first allreduce "
+                  "at the new size: %.2f s" % (detected_s, float(events["round2"][3]) - published_at))
 
         # Round 3: the second survivor is removed; the first goes on alone.
         keep, leave = survivors
