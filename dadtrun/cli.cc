@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "dadtrun/config_file.h"
+#include "dadtrun/elastic_flags.h"
 #include "runtime/common/env.h"
 
 namespace dadt {
@@ -29,6 +30,7 @@ struct RawFlags {
   bool no_stall_check = false;
   bool mpi = false, check_build = false, hierarchical = false;
   std::string mpi_args;
+  RawElasticFlags elastic;  // --min-np, --max-np, --host-discovery-script, ... (elastic_flags.h)
 };
 
 bool ParseInt64(const std::string& s, int64_t* out) {
@@ -79,7 +81,8 @@ Status ConvertHosts(const RawFlags& raw, const std::string& local_hostname, Laun
     c->hosts = {HostSlots{"localhost", c->num_proc}};
   }
   const int slots = TotalSlots(c->hosts);
-  if (c->num_proc > slots) {
+  // Elastic jobs run on whatever slots there are (ConvertElasticFlags checks --min-np instead).
+  if (!ElasticRequested(raw.elastic) && c->num_proc > slots) {
     return InvalidArgument("-np " + std::to_string(c->num_proc) + " is more than the " +
                            std::to_string(slots) + " slots given by " + source +
                            "; lower -np or add slots");
@@ -159,12 +162,15 @@ Status NormalizeArgs(const CLI::App& app, std::vector<std::string>* args) {
     if (opt == nullptr) {
       return InvalidArgument("unknown flag '" + a + "'; see dadtrun --help");
     }
-    if (opt->get_expected_max() > 0) {  // takes a value
-      if (i + 1 >= args->size()) {
+    // Values the flag takes: 1, or 2 for --blacklist-cooldown-range MIN MAX.
+    const size_t values =
+        opt->get_expected_max() > 0 ? static_cast<size_t>(std::clamp(opt->get_expected_min(), 1, 2)) : 0;
+    if (values > 0) {
+      if (i + values >= args->size()) {
         return InvalidArgument("flag " + (a == "--num-proc" ? std::string("-np/--num-proc") : a) +
-                               " needs a value");
+                               (values == 1 ? " needs a value" : " needs " + std::to_string(values) + " values"));
       }
-      ++i;
+      i += values;
     }
   }
   return Status::OK();
@@ -175,12 +181,18 @@ StatusOr<LaunchConfig> Convert(const RawFlags& raw, std::vector<std::string> com
   LaunchConfig c;
   c.verbose = raw.verbose;
   c.command = std::move(command);
-  if (raw.num_proc.empty()) {
-    return InvalidArgument("-np/--num-proc is required: the number of ranks to start, e.g. -np 2");
+  const bool elastic = ElasticRequested(raw.elastic);
+  // An elastic job without -np starts from --min-np (Horovod's rule).
+  const bool np_from_min = raw.num_proc.empty() && elastic && !raw.elastic.min_np.empty();
+  if (raw.num_proc.empty() && !np_from_min) {
+    return InvalidArgument(std::string("-np/--num-proc is required: the number of ranks to start, e.g. -np 2") +
+                           (elastic ? " (or --min-np for an elastic job)" : ""));
   }
+  const std::string np_flag = np_from_min ? "--min-np" : "-np/--num-proc";
+  const std::string& np_text = np_from_min ? raw.elastic.min_np : raw.num_proc;
   int64_t np = 0;
-  if (!ParseInt64(raw.num_proc, &np) || np < 1 || np > 1000000) {
-    return BadValue("-np/--num-proc", "a positive integer", raw.num_proc);
+  if (!ParseInt64(np_text, &np) || np < 1 || np > 1000000) {
+    return BadValue(np_flag, "a positive integer", np_text);
   }
   c.num_proc = static_cast<int>(np);
   if (c.command.empty()) {
@@ -284,6 +296,7 @@ StatusOr<LaunchConfig> Convert(const RawFlags& raw, std::vector<std::string> com
   c.controller = raw.mpi ? "mpi" : raw.gloo ? "gloo" : "auto";
   c.mpi_args = raw.mpi_args;
   c.hierarchical_allreduce = raw.hierarchical;
+  DADT_RETURN_IF_ERROR(ConvertElasticFlags(raw.elastic, &c));
   return c;
 }
 
@@ -328,6 +341,16 @@ std::string UsageText() {
          "  --stall-check-shutdown-time-seconds S  end the job with an error after S seconds of such a\n"
          "                             stall (default 0: never)          -> DADT_STALL_SHUTDOWN_TIME_SECONDS\n"
          "  --no-stall-check           no stall warnings or shutdowns    -> DADT_STALL_CHECK_DISABLE\n"
+         "elastic training (docs/elastic.md; Gloo only):\n"
+         "  --min-np N                 fewest workers the job runs with (default: -np)\n"
+         "  --max-np N                 most workers the job runs with (default: no limit)\n"
+         "  --host-discovery-script F  run every second; prints the usable hosts, one 'host[:slots]' a line\n"
+         "  --slots-per-host N         slots of a script line without ':slots' (default 1)\n"
+         "  --elastic-timeout S        how long to wait for --min-np slots before giving up (default 600)\n"
+         "  --reset-limit N            end the job at the (N+1)-th change of its workers (default: none)\n"
+         "  --blacklist-cooldown-range MIN MAX  a failed host rests MIN s, doubling up to MAX s, then\n"
+         "                             is used again (default: a failed host is never used again)\n"
+         "  (--min-np with -H/--hostfile and no script: fault tolerance on that fixed host list)\n"
          "  --verbose                  print what dadtrun does (stderr, prefixed 'dadtrun:')\n"
          "  --version                  print the version and exit\n"
          "  -h, --help                 print this help and exit\n"
@@ -372,6 +395,7 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
   app.add_option("--mpi-args", raw.mpi_args);
   app.add_flag("--check-build", raw.check_build);
   app.add_flag("--hierarchical-allreduce", raw.hierarchical);
+  AddElasticFlags(&app, &raw.elastic);
   app.add_flag("--verbose", raw.verbose);
   app.add_flag("-h,--help", raw.help);
   app.add_flag("--version", raw.version);

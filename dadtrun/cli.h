@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "dadtrun/elastic_flags.h"
 #include "dadtrun/hosts.h"
 #include "runtime/common/status.h"
 
@@ -48,6 +49,7 @@ struct LaunchConfig {
   // -x NAME[=VALUE], in order: a value sets NAME for every rank; no value forwards dadtrun's own.
   std::vector<std::pair<std::string, std::optional<std::string>>> forward_env;
   std::vector<std::pair<std::string, std::string>> stall_env;  // --*stall-check*: DADT_STALL_*
+  ElasticConfig elastic;  // --min-np, --max-np, --host-discovery-script, ... (elastic_flags.h)
 };
 
 struct CommandLine {

@@ -11,9 +11,11 @@
 #include <set>
 
 #include "dadtrun/console.h"
+#include "dadtrun/elastic_launch.h"
 #include "dadtrun/local_spawner.h"
 #include "dadtrun/mpi_spawner.h"
 #include "dadtrun/output_mux.h"
+#include "dadtrun/rank_site.h"
 #include "dadtrun/rendezvous_server.h"
 #include "dadtrun/slurm.h"
 #include "dadtrun/srun_spawner.h"
@@ -48,54 +50,6 @@ std::string JoinHosts(const std::vector<std::string>& hosts) {
   std::string s;
   for (const std::string& h : hosts) s += (s.empty() ? "" : ", ") + h;
   return s;
-}
-
-Status CheckForwardedEnv(const LaunchConfig& config, const EnvMap& user_env) {
-  for (const auto& [name, value] : config.forward_env) {
-    if (!value && user_env.count(name) == 0) {
-      return InvalidArgument("-x " + name + ": " + name +
-                             " is not set in dadtrun's environment; set it or use -x " + name +
-                             "=VALUE");
-    }
-  }
-  return Status::OK();
-}
-
-// What starting a rank needs besides its request: where "here" is and how to reach other hosts.
-struct RankSite {
-  std::string local_hostname;
-  SshOptions ssh;
-  std::vector<std::string> ssh_env;  // the local ssh processes' environment (dadtrun's own)
-  std::string cwd;                   // remote ranks start there too
-  std::set<std::string> forced_env;  // -x names, forwarded to remote ranks whatever they are
-};
-
-// Starts one rank on `host`: here, or over ssh. For a remote rank, `*control_fd` gets its control
-// pipe and `process->signal` the hook that signals the rank through it.
-StatusOr<SpawnedRank> StartRank(SpawnRequest request, const std::string& host, const RankSite& where,
-                                int* control_fd, RankProcess* process, int* exec_errno) {
-  if (IsLocalHost(host, where.local_hostname)) return SpawnLocalRank(request, exec_errno);
-  request.inherit_stdin = false;
-  StatusOr<RemoteRank> remote =
-      SpawnSshRank(request, host, where.ssh, where.ssh_env, where.cwd, where.forced_env);
-  if (!remote.ok()) return remote.status();
-  *control_fd = remote->control_fd;
-  const pid_t ssh_pid = remote->spawned.pid;
-  process->signal = [control_fd, ssh_pid](int sig) {
-    SignalRemoteRank(control_fd, sig);
-    // Killing ssh too closes the connection, which is a SIGKILL there as well.
-    if (sig == SIGKILL) ::kill(-ssh_pid, SIGKILL);
-  };
-  return remote->spawned;
-}
-
-SshOptions SshOptionsFor(const LaunchConfig& config) {
-  SshOptions ssh;
-  ssh.port = config.ssh_port;
-  ssh.identity_file = config.ssh_identity_file;
-  const int64_t start = config.start_timeout_seconds.value_or(env::kDefaultStartTimeoutSeconds);
-  ssh.connect_timeout_seconds = static_cast<int>(std::clamp<int64_t>(start, 1, 10));
-  return ssh;
 }
 
 // Inside a Slurm allocation with no -H/--hostfile: the allocation's hosts, ranks through srun (or
@@ -146,6 +100,8 @@ int LaunchInAllocation(LaunchConfig config, bool* handled) {
 }  // namespace
 
 int Launch(const LaunchConfig& requested) {
+  // Elastic jobs have their own driver (elastic_launch.h); they run on Gloo, outside Slurm's srun.
+  if (requested.elastic.enabled) return LaunchElastic(requested);
   bool in_allocation = false;
   const int allocation_code = LaunchInAllocation(requested, &in_allocation);
   if (in_allocation) return allocation_code;
@@ -161,7 +117,8 @@ int Launch(const LaunchConfig& requested) {
   const EnvMap user_env = CurrentEnvironment();
   Status env_ok = CheckForwardedEnv(config, user_env);
   if (!env_ok.ok()) return Refuse(env_ok);
-  const SshOptions ssh = SshOptionsFor(config);
+  const RankSite where = RankSiteFor(config, local_hostname, user_env);
+  const SshOptions& ssh = where.ssh;
   const int64_t start_timeout =
       config.start_timeout_seconds.value_or(env::kDefaultStartTimeoutSeconds);
   if (!remote_hosts.empty()) {
@@ -212,13 +169,6 @@ int Launch(const LaunchConfig& requested) {
   sigset_t rank_mask = original_mask;
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigdelset(&rank_mask, sig);
   const bool stdin_is_tty = ::isatty(STDIN_FILENO);
-  RankSite where;
-  where.local_hostname = local_hostname;
-  where.ssh = ssh;
-  where.ssh_env = ToEnvStrings(user_env);
-  for (const auto& kv : config.forward_env) where.forced_env.insert(kv.first);
-  char cwd_buf[4096];
-  where.cwd = ::getcwd(cwd_buf, sizeof(cwd_buf)) ? cwd_buf : "/";
   // Control pipes of the remote ranks, by rank; closed when dadtrun is done. Stable addresses: the
   // supervisor's signal hooks point into it.
   std::vector<int> control_fds(config.num_proc, -1);
@@ -239,7 +189,7 @@ int Launch(const LaunchConfig& requested) {
     process.rank = rank;
     if (!remote_hosts.empty()) process.host = host;
     int exec_errno = 0;
-    StatusOr<SpawnedRank> spawned = StartRank(request, host, where, &control_fds[rank], &process,
+    StatusOr<SpawnedRank> spawned = StartRank(request, host, where, &control_fds[rank], &process.signal,
                                               &exec_errno);
     if (!spawned.ok()) {
       spawn_error = spawned.status();

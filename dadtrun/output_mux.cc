@@ -95,11 +95,12 @@ OutputMux::~OutputMux() {
   }
 }
 
-void OutputMux::AddRank(int rank, int stdout_fd, int stderr_fd) {
+void OutputMux::AddRank(int rank, int stdout_fd, int stderr_fd, const std::string& label) {
   DADT_CHECK(!thread_.joinable()) << "AddRank after Start";
   for (int i = 0; i < 2; ++i) {
     Stream s;
     s.rank = rank;
+    s.label = label;
     s.is_stderr = i == 1;
     s.fd = i == 0 ? stdout_fd : stderr_fd;
     // Non-blocking so that Stop() can drain what is buffered without waiting for writers.
@@ -185,7 +186,7 @@ bool OutputMux::ReadSome(Stream* s) {
 
 void OutputMux::EmitLines(Stream* s, bool flush_partial) {
   const std::string prefix =
-      "[" + std::to_string(s->rank) + (s->is_stderr ? "]<stderr>:" : "]<stdout>:");
+      "[" + (s->label.empty() ? std::to_string(s->rank) : s->label) + (s->is_stderr ? "]<stderr>:" : "]<stdout>:");
   std::string out;
   size_t start = 0;
   for (;;) {

@@ -44,8 +44,9 @@ class OutputMux {
   OutputMux(const OutputMux&) = delete;
   OutputMux& operator=(const OutputMux&) = delete;
 
-  // Takes ownership of the read ends of `rank`'s pipes.
-  void AddRank(int rank, int stdout_fd, int stderr_fd);
+  // Takes ownership of the read ends of `rank`'s pipes. A non-empty `label` stands in the prefix
+  // instead of the rank ("[h1/0/3]<stdout>:" for an elastic worker, whose rank changes).
+  void AddRank(int rank, int stdout_fd, int stderr_fd, const std::string& label = "");
   Status Start();
   // True once every stream reached EOF and its output was written; false on timeout.
   bool WaitDrained(std::chrono::milliseconds timeout);
@@ -56,6 +57,7 @@ class OutputMux {
  private:
   struct Stream {
     int rank = 0;
+    std::string label;  // in the prefix instead of the rank, when set
     bool is_stderr = false;
     int fd = -1;       // pipe read end; -1 at EOF
     int file_fd = -1;  // raw copy in the output directory, or -1

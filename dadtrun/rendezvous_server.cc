@@ -109,6 +109,11 @@ std::string RendezvousServer::Peek(const std::string& key) const {
   return it == store_.end() ? std::string() : it->second;
 }
 
+void RendezvousServer::Put(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  store_[key] = value;
+}
+
 int RendezvousServer::ReadyCount() const {
   std::lock_guard<std::mutex> lock(mu_);
   int n = 0;

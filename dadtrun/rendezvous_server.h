@@ -69,6 +69,8 @@ class RendezvousServer {
   int ReadyCount() const;
   // The value stored under `key`, or "" when absent (e.g. "cause/1", see Supervisor).
   std::string Peek(const std::string& key) const;
+  // Sets `key` as a client's kSet would: how dadtrun's elastic driver publishes its rounds.
+  void Put(const std::string& key, const std::string& value);
   int64_t connections_accepted() const { return connections_accepted_.load(); }
   // Requests answered kUnauthorized or kBadRequest (each also closed its connection).
   int64_t requests_rejected() const { return requests_rejected_.load(); }
@@ -110,7 +112,7 @@ class RendezvousServer {
   std::atomic<int64_t> requests_rejected_{0};
   std::atomic<int64_t> connections_dropped_{0};
 
-  mutable std::mutex mu_;  // guards store_ (written by the loop thread, read by ReadyCount)
+  mutable std::mutex mu_;  // guards store_ (written by the loop thread and Put, read by ReadyCount and Peek)
   std::map<std::string, std::string> store_;
   std::map<int, std::unique_ptr<Connection>> connections_;  // loop thread only
 };

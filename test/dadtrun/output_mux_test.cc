@@ -91,6 +91,23 @@ TEST_F(OutputMuxTest, PrefixesEveryLineWithRankAndStream) {
   EXPECT_EQ(ReadFile(err_path_), "[1]<stderr>:warn\n");
 }
 
+TEST_F(OutputMuxTest, LabelStandsInForTheRank) {
+  auto mux = Make("", 0);
+  int out[2], err[2];
+  ASSERT_EQ(::pipe(out), 0);
+  ASSERT_EQ(::pipe(err), 0);
+  mux->AddRank(0, out[0], err[0], "h1/0/3");  // an elastic worker's id
+  ASSERT_TRUE(mux->Start().ok());
+  Write(out[1], "hello\n");
+  Write(err[1], "warn\n");
+  ::close(out[1]);
+  ::close(err[1]);
+  ASSERT_TRUE(mux->WaitDrained(milliseconds(5000)));
+  mux->Stop();
+  EXPECT_EQ(ReadFile(out_path_), "[h1/0/3]<stdout>:hello\n");
+  EXPECT_EQ(ReadFile(err_path_), "[h1/0/3]<stderr>:warn\n");
+}
+
 TEST_F(OutputMuxTest, LinesFromManyWritersNeverInterleave) {
   auto mux = Make("", 4);
   int out_w[4], err_w[4];
