@@ -81,7 +81,11 @@ class KerasState(ObjectState):
 
 
 class CommitStateCallback(keras.callbacks.Callback):
-    """Commits ``state`` every ``batches_per_commit`` batches and at each epoch's end."""
+    """Commits ``state`` once every ``batches_per_commit`` batches and once per epoch.
+
+    The commit is made at the start of the next batch or epoch (or at the end of training), when
+    every callback has seen the batch that ended: so ``state.batch`` and ``state.epoch`` (kept by
+    the two callbacks below) are current whatever the order of the callbacks in the list."""
 
     def __init__(self, state: State, batches_per_commit: int = 1):
         super().__init__()
@@ -90,45 +94,64 @@ class CommitStateCallback(keras.callbacks.Callback):
         self.state = state
         self.batches_per_commit = batches_per_commit
         self.batches_remaining = batches_per_commit
+        self._due = False
 
     def on_train_begin(self, logs=None):
         self.batches_remaining = self.batches_per_commit  # the same count on every rank
+        self._due = False
 
     def on_batch_end(self, batch, logs=None):
         self.batches_remaining -= 1
         if self.batches_remaining == 0:
-            self.state.commit()
+            self._due = True
             self.batches_remaining = self.batches_per_commit
 
     def on_epoch_end(self, epoch, logs=None):
-        self.state.commit()
+        self._due = True
+
+    def _commit_if_due(self):
+        if self._due:
+            self._due = False
+            self.state.commit()
+
+    def on_batch_begin(self, batch, logs=None):
+        self._commit_if_due()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._commit_if_due()
+
+    def on_train_end(self, logs=None):
+        self._commit_if_due()
 
 
 class UpdateBatchStateCallback(keras.callbacks.Callback):
-    """Keeps ``state.batch`` at the last finished batch of the epoch (0 at its end); an epoch
-    re-entered after a reset runs only the steps that are left (``steps_per_epoch`` minus
-    ``state.batch``)."""
+    """Keeps ``state.batch`` at the number of batches finished in the current epoch (0 at its
+    end), counting those done before a reset; an epoch re-entered after a reset runs only the steps
+    that are left (``steps_per_epoch`` minus ``state.batch``)."""
 
     def __init__(self, state: State):
         super().__init__()
         self.state = state
         self.steps_per_epoch: Optional[int] = None
+        self._done_before = 0
 
     def on_train_begin(self, logs=None):
         self.steps_per_epoch = None
 
     def on_epoch_begin(self, epoch, logs=None):
+        self._done_before = self.state.batch  # > 0 only for an epoch re-entered after a reset
         steps = self.params.get("steps") if self.params else None
         if steps:
             if self.steps_per_epoch is None:
                 self.steps_per_epoch = steps
-            self.params["steps"] = self.steps_per_epoch - self.state.batch
+            self.params["steps"] = self.steps_per_epoch - self._done_before
 
     def on_batch_end(self, batch, logs=None):
-        self.state.batch = batch
+        self.state.batch = self._done_before + batch + 1
 
     def on_epoch_end(self, epoch, logs=None):
         self.state.batch = 0
+        self._done_before = 0
 
 
 class UpdateEpochStateCallback(keras.callbacks.Callback):
