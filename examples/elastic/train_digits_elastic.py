@@ -108,7 +108,7 @@ def main():
             model.eval()
             with torch.no_grad():
                 accuracy = (model(x_test).argmax(dim=1) == y_test).float().mean().item()
-            if dadt.rank() == 0:
+            if dadt.rank() == 0 and steps > 0:  # 0: re-entered an epoch finished before a reset
                 print(f"epoch {state.epoch} size {dadt.size()} loss {loss.item():.4f} "
                       f"accuracy {accuracy:.4f}", flush=True)
             commit()  # the epoch is done (the sampler has processed all of it)

@@ -59,7 +59,7 @@ def test_dadtrun_digits_survives_a_killed_worker(tmp_path):
             assert time.monotonic() < deadline, "no worker reached epoch 3"
             assert launcher.poll() is None, launcher.communicate()[0][-4000:]
             lines = progress.read_text().split("\n") if progress.exists() else []
-            if any(line.startswith("3 ") for line in lines):
+            if any(line.startswith("3 ") and int(line.split()[1]) >= 7 for line in lines):
                 workers = [p for p in _children(launcher.pid) if _worker_id(p)]
                 victim = next((p for p in workers if _worker_id(p).split("/")[1] == "2"), None)
             time.sleep(0.02)
