@@ -208,6 +208,14 @@ int dadt_elastic_updates(int64_t* latest_round, int64_t* notice) {
   *notice = *seq;
   return DADT_OK;
 }
+
+const char* dadt_elastic_notice_kind(int64_t seq) {
+  thread_local std::string t_kind;
+  StatusOr<std::string> kind = g_elastic.NoticeKind(seq);
+  if (!kind.ok()) return (Fail(kind.status()), nullptr);
+  t_kind = *kind;
+  return t_kind.c_str();
+}
 const char* dadt_last_error(void) { return t_last_error.c_str(); }
 int dadt_last_error_code(void) { return t_last_code; }
 

@@ -120,6 +120,9 @@ int dadt_is_initialized(void);
 int64_t dadt_elastic_round(void);
 int64_t dadt_elastic_notice_at_init(void);
 int dadt_elastic_updates(int64_t* latest_round, int64_t* notice);
+/* What host-update notice `seq` changed ("added", "removed", "mixed"; "" if there is none), valid
+ * until this thread's next call. NULL on failure (dadt_last_error says why). */
+const char* dadt_elastic_notice_kind(int64_t seq);
 /* Message of the last failed call on this thread. */
 const char* dadt_last_error(void);
 

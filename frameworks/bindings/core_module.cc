@@ -329,6 +329,25 @@ PYBIND11_MODULE(_core, m) {
     CheckStatus(rc);
     return py::make_tuple(round, notice);
   }, "Elastic workers: (latest round, latest notice number) in the launcher's store now.");
+  m.def("elastic_notice", [] {
+    int64_t round = 0, notice = 0;
+    int rc;
+    {
+      py::gil_scoped_release release;
+      rc = dadt_elastic_updates(&round, &notice);
+    }
+    CheckStatus(rc);
+    return notice;
+  }, "Elastic workers: the launcher's host-update notice number (elastic/notice) now.");
+  m.def("elastic_notice_kind", [](int64_t seq) {
+    const char* kind;
+    {
+      py::gil_scoped_release release;
+      kind = dadt_elastic_notice_kind(seq);
+    }
+    if (kind == nullptr) ThrowLastError();
+    return std::string(kind);
+  }, py::arg("seq"), "Elastic workers: what notice `seq` changed: added, removed, mixed, or ''.");
   m.def("rank", &dadt_rank, "-1 when not initialized (as the other geometry calls).");
   m.def("size", &dadt_size);
   m.def("local_rank", &dadt_local_rank);

@@ -101,9 +101,9 @@ StatusOr<ElasticJoin> JoinElasticRound(KeyValueStore* store, const std::string& 
       seen = round;  // spawned for a later round
     }
     if (Clock::now() >= deadline) {
-      return TimeoutError("elastic worker " + worker_id + " found no round that includes it within " +
-                          std::to_string(timeout.count() / 1000) + " s (DADT_ELASTIC_TIMEOUT; last "
-                          "round seen: " + std::to_string(seen) + ")");
+      return TimeoutError("elastic worker " + worker_id + " found no round that includes it " +
+                          "within " + std::to_string(timeout.count() / 1000) +
+                          " s (DADT_ELASTIC_TIMEOUT; last round seen: " + std::to_string(seen) + ")");
     }
     std::this_thread::sleep_for(kPoll);
   }
@@ -147,6 +147,13 @@ StatusOr<int64_t> ElasticMembership::LatestRound() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!store_) return PreconditionFailed("not an elastic worker, or not yet initialized");
   return ReadCounter(store_.get(), kRoundKey);
+}
+
+StatusOr<std::string> ElasticMembership::NoticeKind(int64_t seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!store_) return PreconditionFailed("not an elastic worker, or not yet initialized");
+  bool found = false;
+  return TryGet(store_.get(), std::string(kNoticeKey) + "/" + std::to_string(seq), &found);
 }
 
 }  // namespace core

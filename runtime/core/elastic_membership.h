@@ -73,6 +73,8 @@ class ElasticMembership {
   int64_t notice_at_join() const;     // the baseline of step 4
   StatusOr<int64_t> CurrentNotice();  // `elastic/notice` now; PreconditionFailed before a Join
   StatusOr<int64_t> LatestRound();    // `elastic/round` now; PreconditionFailed before a Join
+  // What notice `seq` changed: `elastic/notice/<seq>` ("added", "removed", "mixed"); "" if absent.
+  StatusOr<std::string> NoticeKind(int64_t seq);
 
  private:
   mutable std::mutex mu_;

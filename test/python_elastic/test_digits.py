@@ -2,11 +2,13 @@
 
 - 3 workers, one SIGKILLed mid-epoch: the two survivors go on at size 2 from the last commit;
 - 2 workers, a third added mid-epoch (a host-update notice, then a round of 3): it joins at the
-  next commit and the world grows to 3.
+  next commit and the world grows to 3;
+- 3 workers, one removed gracefully (a "removed" notice, then a round without it): it exits 0 at
+  the next commit, the others go on at size 2 (and agree to skip the sync).
 
 Either way the job reaches >= 0.90 test accuracy and every training sample is committed exactly
 once per epoch (sample ids counted across ranks). FakeDriver plays the launcher (fake_driver.py).
-About 25 s for both."""
+About 35 s for the three."""
 import collections
 import math
 import os
@@ -133,3 +135,23 @@ def test_digits_grows_when_a_host_is_added(tmp_path):
     finally:
         _kill_all(procs, driver)
     _check(outputs[0], 3, tmp_path / "ids.txt")
+
+
+def test_digits_shrinks_when_a_host_is_removed(tmp_path):
+    driver = FakeDriver()
+    ids = ["h1/0/1", "h2/0/2", "h3/0/3"]
+    procs, progress = [], []
+    try:
+        for wid in ids:
+            proc, prog = _spawn(driver, wid, tmp_path)
+            procs.append(proc)
+            progress.append(prog)
+        driver.publish_round(ids)
+        _wait_for_progress(progress[0], 2, 7, procs)
+        driver.publish_notice("removed")
+        driver.publish_round(ids[:2], removed=ids[2:])
+        outputs = _finish(procs)  # every one exits 0, the removed one too
+    finally:
+        _kill_all(procs, driver)
+    assert "was removed from the job" in outputs[2], outputs[2][-4000:]
+    _check(outputs[0], 2, tmp_path / "ids.txt")

@@ -56,13 +56,47 @@ def test_object_state_sync_takes_rank_zeros_saved_values():
 
 def test_check_host_updates_is_decided_by_rank_zeros_broadcast(monkeypatch):
     monkeypatch.setenv("DADT_ELASTIC", "1")
-    monkeypatch.setattr(elastic, "host_update_pending", lambda: pytest.fail("rank 1 must not read"))
-    # Rank 1: whatever it would see itself, rank 0's answer (True) raises here.
-    state = elastic.ObjectState(lambda obj, root_rank=0, name=None: True, lambda: 1, epoch=0)
-    with pytest.raises(elastic.HostsUpdatedInterrupt):
+    monkeypatch.setattr(elastic, "host_updates", lambda: pytest.fail("rank 1 must not read"))
+    # Rank 1: whatever it would see itself, rank 0's answer raises here.
+    state = elastic.ObjectState(lambda obj, root_rank=0, name=None: (True, True), lambda: 1, epoch=0)
+    with pytest.raises(elastic.HostsUpdatedInterrupt) as e:
         state.commit()
-    quiet = elastic.ObjectState(lambda obj, root_rank=0, name=None: False, lambda: 1, epoch=0)
+    assert e.value.skip_sync
+    quiet = elastic.ObjectState(lambda obj, root_rank=0, name=None: (False, False), lambda: 1,
+                                epoch=0)
     quiet.commit()  # rank 0 saw nothing: no interrupt
+
+
+class FakeCore:
+    def __init__(self, latest_round, notice, joined_round, notice_at_init, kinds):
+        self.updates = (latest_round, notice)
+        self.joined, self.at_init, self.kinds = joined_round, notice_at_init, kinds
+
+    def elastic_updates(self):
+        return self.updates
+
+    def elastic_round(self):
+        return self.joined
+
+    def elastic_notice_at_init(self):
+        return self.at_init
+
+    def elastic_notice_kind(self, seq):
+        return self.kinds[seq]
+
+
+@pytest.mark.parametrize("core,expected", [
+    (FakeCore(3, 2, 3, 2, {}), (False, False)),                                  # nothing new
+    (FakeCore(3, 4, 3, 2, {3: "removed", 4: "removed"}), (True, True)),         # removals only
+    (FakeCore(3, 4, 3, 2, {3: "removed", 4: "added"}), (True, False)),
+    (FakeCore(3, 3, 3, 2, {3: "mixed"}), (True, False)),
+    (FakeCore(4, 2, 3, 2, {}), (True, False)),         # a newer round without a notice (a failure)
+])
+def test_rank_zero_reads_notices_since_its_init_and_rounds_since_its_join(monkeypatch, core,
+                                                                           expected):
+    monkeypatch.setenv("DADT_ELASTIC", "1")
+    monkeypatch.setattr(elastic, "_core", lambda: core)
+    assert elastic.host_updates() == expected
 
 
 def test_check_host_updates_outside_elastic_mode_takes_no_collective(monkeypatch):

@@ -20,7 +20,7 @@ when every rank may skip it), never decided by one rank alone.
 import copy
 import functools
 import os
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dadt.common.exceptions import DadtInternalError
 
@@ -47,14 +47,20 @@ def _core():
     return core
 
 
-def host_update_pending() -> bool:
-    """This rank's view: a host-update notice newer than the one read at the last init(), or a
-    round newer than the one joined. False when the process is not an elastic worker."""
+def host_updates() -> Tuple[bool, bool]:
+    """This rank's view, as (pending, removals_only): a host-update notice newer than the one read
+    at the last init(), or a round newer than the one joined; and whether every such notice only
+    removed hosts (then the workers that stay all hold the committed state and may skip the sync).
+    (False, False) when the process is not an elastic worker."""
     if not is_elastic():
-        return False
+        return False, False
     core = _core()
     latest_round, notice = core.elastic_updates()
-    return notice != core.elastic_notice_at_init() or latest_round > core.elastic_round()
+    baseline = core.elastic_notice_at_init()
+    if notice == baseline and latest_round <= core.elastic_round():
+        return False, False
+    kinds = [core.elastic_notice_kind(seq) for seq in range(baseline + 1, notice + 1)]
+    return True, bool(kinds) and all(kind == "removed" for kind in kinds)
 
 
 class State:
@@ -91,12 +97,16 @@ class State:
 
     def check_host_updates(self) -> None:
         """Raises ``HostsUpdatedInterrupt`` on every rank when the launcher published a host
-        update; rank 0 reads it and broadcasts its answer, so all ranks decide alike."""
+        update; rank 0 reads it and broadcasts its answer, so all ranks decide alike. Its
+        ``skip_sync`` is True when the updates only removed hosts; whether the sync is then
+        skipped is agreed again in the new world (a worker that joined meanwhile needs it)."""
         if not is_elastic():
             return
-        pending = host_update_pending() if self._rank() == 0 else False
-        if self._bcast_object(pending, root_rank=0, name="dadt.elastic.host_updates"):
-            raise HostsUpdatedInterrupt(skip_sync=False)
+        seen = host_updates() if self._rank() == 0 else (False, False)
+        pending, removals_only = self._bcast_object(seen, root_rank=0,
+                                                    name="dadt.elastic.host_updates")
+        if pending:
+            raise HostsUpdatedInterrupt(skip_sync=removals_only)
 
     def agree_skip_sync(self, may_skip: bool) -> bool:
         """True only when every rank may skip the sync (one collective every rank takes part in)."""
