@@ -103,8 +103,9 @@ test-python-unit:
 	@echo "==================== [tier 1b] Python unit tests: pytest test/python_unit ===================="
 	@timeout -k 30 600 $(PYTEST) test/python_unit </dev/null
 
-# Elastic workers against a stand-in launcher (test/python_elastic/fake_driver.py): a peer SIGKILLed
-# mid-allreduce at 3 ranks, survivors re-form, a removed worker exits 0; elastic Digits. ~1 min.
+# Elastic workers (docs/elastic.md, "Tests"): a peer SIGKILLed mid-allreduce at 3 ranks, survivors
+# re-form, a removed worker exits 0; elastic Digits (stand-in launcher and real dadtrun) and Keras.
+# About 2.5 min on 2 idle cores.
 test-python-elastic:
 	@echo "==================== [tier 2e] Elastic workers: pytest test/python_elastic ===================="
 	@timeout -k 30 600 $(PYTEST) test/python_elastic </dev/null
