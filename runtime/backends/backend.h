@@ -46,6 +46,9 @@ struct BackendOptions : JobGeometry {
   // Engines that pipeline large transfers (Gloo's all-gather and reduce-scatter rings): the
   // segment size in bytes, 0 for the engine's default. Others ignore it.
   int64_t segment_bytes = 0;
+  // Engines that can reduce through shared memory when every rank is on this host (Gloo: see
+  // gloo/shm_allreduce.h) do so unless this is false. Others ignore it.
+  bool shm_allreduce = true;
   // Engines with threads of their own that move bytes (Gloo's transport thread) make them
   // real-time (runtime/common/thread_priority.h) where allowed. Others ignore it.
   bool realtime_threads = false;

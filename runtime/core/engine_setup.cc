@@ -95,6 +95,7 @@ backends::BackendOptions DataPlaneOptions(const RuntimeOptions& options, KeyValu
   bo.timeout = options.op_timeout;
   bo.connect_timeout = options.start_timeout;
   bo.segment_bytes = options.segment_bytes;
+  bo.shm_allreduce = options.shm_allreduce;
   bo.realtime_threads = options.UsesRealtimeThreads();
   bo.store = store;
   bo.store_prefix = options.engines.host_data_plane + "/";

@@ -34,6 +34,7 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   o.start_timeout = std::chrono::seconds(start_s);
   o.op_timeout = std::chrono::seconds(op_s);
   DADT_ASSIGN_OR_RETURN(o.segment_bytes, env::GetInt(env::kGlooSegmentBytes, 0));
+  DADT_ASSIGN_OR_RETURN(o.shm_allreduce, env::GetBool(env::kShmAllreduce, true));
   if (o.segment_bytes < 0) {
     return InvalidArgument(std::string(env::kGlooSegmentBytes) + " must be >= 0 bytes (0: the " +
                            "default, 2 MiB), got " + std::to_string(o.segment_bytes));

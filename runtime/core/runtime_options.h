@@ -42,6 +42,7 @@ struct RuntimeOptions : JobGeometry {
   std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds op_timeout{std::chrono::seconds(300)};
   int64_t segment_bytes = 0;  // DADT_GLOO_SEGMENT_BYTES; 0: the engine's default
+  bool shm_allreduce = true;  // DADT_SHM_ALLREDUCE: Gloo allreduces through shared memory on one host
   // DADT_GLOO_THREADS: collectives in flight at once on engines that can (lanes.h); 1: one.
   int64_t gloo_threads = 2;
   // DADT_REALTIME_THREADS (off by default): with the TCP control plane, the loop thread, the lanes

@@ -21,8 +21,10 @@
 #include "runtime/backends/gloo/gloo_error.h"
 #include "runtime/backends/gloo/peer_watchdog.h"
 #include "runtime/backends/gloo/ring.h"
+#include "runtime/backends/gloo/shm_allreduce.h"
 #include "runtime/backends/gloo/store_adapter.h"
 #include "runtime/backends/gloo/tracked_transport.h"
+#include "runtime/common/logging.h"
 #include "runtime/common/reduce.h"
 #include "runtime/common/thread_priority.h"
 
@@ -139,16 +141,42 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
                                 std::to_string(options.size) + ", store prefix '" +
                                 options.store_prefix + "']");
   }
-  return std::unique_ptr<Backend>(
+  std::unique_ptr<GlooBackend> backend(
       new GlooBackend(options, std::move(context), std::move(registry)));
+  if (options.local_size == options.size) {  // even when disabled here: the ranks must agree
+    DADT_RETURN_IF_ERROR(backend->SetUpSharedMemory(options));
+  }
+  return std::unique_ptr<Backend>(std::move(backend));
 }
 
 struct GlooBackend::Shared {
   std::unique_ptr<internal::PeerWatchdog> watchdog;  // null when size == 1
+  std::unique_ptr<internal::ShmAllreduce> shm;       // null unless every rank is on this host
   std::mutex mu;
   Status broken;         // the first failure of this backend or any fork (guarded by mu)
   uint32_t forks = 0;    // forks made so far (guarded by mu)
 };
+
+Status GlooBackend::SetUpSharedMemory(const BackendOptions& options) {
+  internal::ShmAllreduceOptions so;
+  so.enabled = options.shm_allreduce;
+  so.rank = rank_;
+  so.size = size_;
+  so.store = options.store;
+  so.store_prefix = options.store_prefix;
+  so.connect_timeout =
+      options.connect_timeout.count() > 0 ? options.connect_timeout : options.timeout;
+  StatusOr<std::unique_ptr<internal::ShmAllreduce>> shm = internal::ShmAllreduce::Open(so);
+  int32_t everyone = shm.ok() ? 1 : 0;
+  DADT_RETURN_IF_ERROR(Allreduce(&everyone, 1, DataType::kInt32, ReduceOp::kMin));
+  if (everyone == 1) {
+    shared_->shm = std::move(*shm);
+  } else if (!shm.ok() && options.shm_allreduce) {
+    DADT_LOG(WARNING) << "gloo: allreduce over TCP, not shared memory: "
+                      << shm.status().message() << " (set DADT_SHM_ALLREDUCE=0 to silence)";
+  }
+  return Status::OK();
+}
 
 GlooBackend::GlooBackend(const BackendOptions& options, std::shared_ptr<::gloo::Context> context,
                          std::shared_ptr<internal::BufferRegistry> registry)
@@ -223,6 +251,7 @@ Status GlooBackend::Finish(Status status) {
     std::lock_guard<std::mutex> lock(shared_->mu);
     if (shared_->broken.ok()) shared_->broken = mine;
   }
+  if (shared_->shm) shared_->shm->Abort();  // peers waiting in shared memory fail fast too
   // Peers, and this rank's other forks, may be blocked on these connections; resetting them tells
   // everyone at once. Best effort.
   (void)DADT_GLOO_STATUS("close", context_->closeConnections());
@@ -247,6 +276,10 @@ Status GlooBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp
   DADT_RETURN_IF_ERROR(CheckUsable());
   DADT_RETURN_IF_ERROR(CheckReduce(count, dtype, op));
   if (count == 0 || size_ == 1) return Status::OK();
+  const int slot = static_cast<int>(tag_base_ >> 28);
+  if (shared_->shm && slot < shared_->shm->slots()) {
+    return Finish(shared_->shm->Allreduce(slot, buf, count, dtype, op, timeout_));
+  }
   return Finish(DADT_GLOO_STATUS("allreduce", {
     internal::PeerWatchdog::Scope watch(watchdog_);
     ::gloo::AllreduceOptions opts(context_);

@@ -3,7 +3,9 @@
 // Created through BackendRegistry::Create("gloo", options); nothing outside this folder includes
 // this header. Each collective maps onto one of Gloo's "new style" collectives:
 //
-//   Allreduce      Gloo's ring: reduce-scatter then allgather, pipelined in segments of at most
+//   Allreduce      every rank on this host: through shared memory (shm_allreduce.h; handles
+//                  beyond its slots, or DADT_SHM_ALLREDUCE=0, use the ring). Otherwise
+//                  Gloo's ring: reduce-scatter then allgather, pipelined in segments of at most
 //                  1 MiB with two in flight. Bandwidth-optimal (each rank sends 2(n-1)/n of the
 //                  buffer) at the cost of 2(n-1) latency steps, which is why small tensors are
 //                  fused by the core first. float32 Sum uses gloo::sum<float>, exactly what raw
@@ -84,6 +86,10 @@ class GlooBackend final : public Backend {
               std::shared_ptr<internal::BufferRegistry> registry);
   GlooBackend(const GlooBackend& parent, uint32_t tag_base);
 
+  // When every rank is on this host: opens the shared-memory allreduce (shm_allreduce.h) and
+  // keeps it only if every rank could (agreed by a TCP allreduce); otherwise logs why not. Fails
+  // only when that agreement fails (the connections are broken).
+  Status SetUpSharedMemory(const BackendOptions& options);
   // The poison check every collective starts with.
   Status CheckUsable() const;
   // Records a failure (poisoning the backend and closing every connection, so that peers blocked

@@ -18,12 +18,16 @@ namespace conformance {
 struct Param {
   std::string backend;
   int size;
+  bool shm_allreduce = true;  // engines that can reduce through shared memory (Gloo) may
 };
 
-inline void PrintTo(const Param& p, std::ostream* os) { *os << p.backend << " x" << p.size; }
+inline void PrintTo(const Param& p, std::ostream* os) {
+  *os << p.backend << " x" << p.size << (p.shm_allreduce ? "" : " (no shared memory)");
+}
 
 inline std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
-  return info.param.backend + "_" + std::to_string(info.param.size) + "ranks";
+  return info.param.backend + "_" + std::to_string(info.param.size) + "ranks" +
+         (info.param.shm_allreduce ? "" : "_noshm");
 }
 
 class BackendConformanceTest : public ::testing::TestWithParam<Param> {
@@ -37,7 +41,11 @@ class BackendConformanceTest : public ::testing::TestWithParam<Param> {
   }
   const std::string& backend() const { return GetParam().backend; }
   int size() const { return GetParam().size; }
-  void Run(const testutil::RankBody& body) { testutil::RunRanks(backend(), size(), body); }
+  void Run(const testutil::RankBody& body) {
+    const bool shm = GetParam().shm_allreduce;
+    testutil::RunRanks(backend(), size(), body, std::chrono::seconds(60),
+                       [shm](BackendOptions& o) { o.shm_allreduce = shm; });
+  }
 };
 
 }  // namespace conformance

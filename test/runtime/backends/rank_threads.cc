@@ -56,7 +56,7 @@ std::string UniqueStorePrefix() {
 }
 
 void RunRanks(const std::string& backend, int size, const RankBody& body,
-              std::chrono::milliseconds timeout) {
+              std::chrono::milliseconds timeout, const OptionsTweak& tweak) {
   if (RankRunner* runner = RunnerFor(backend)) return runner->Run(backend, size, body, timeout);
   ThreadCounter() = 0;
   InMemoryKeyValueStore store;
@@ -74,6 +74,7 @@ void RunRanks(const std::string& backend, int size, const RankBody& body,
     options.timeout = timeout;
     options.store = &store;
     options.store_prefix = prefix;
+    if (tweak) tweak(options);
     auto created = backends::BackendRegistry::Create(backend, options);
     if (created.ok()) {
       body(rank, **created);

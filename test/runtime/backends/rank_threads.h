@@ -29,8 +29,12 @@ namespace testutil {
 
 using RankBody = std::function<void(int rank, backends::Backend& backend)>;
 
+// `tweak`, when given, adjusts each rank's BackendOptions before the backend is created (threads
+// only; an installed RankRunner ignores it).
+using OptionsTweak = std::function<void(backends::BackendOptions&)>;
 void RunRanks(const std::string& backend, int size, const RankBody& body,
-              std::chrono::milliseconds timeout = std::chrono::seconds(60));
+              std::chrono::milliseconds timeout = std::chrono::seconds(60),
+              const OptionsTweak& tweak = nullptr);
 
 // How RunRanks runs the ranks of a backend: threads in this process unless a runner is installed
 // for it (an MPI test binary installs one that uses the processes mpirun started).

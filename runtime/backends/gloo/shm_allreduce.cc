@@ -1,0 +1,302 @@
+#include "runtime/backends/gloo/shm_allreduce.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "runtime/common/reduce.h"
+
+namespace dadt {
+namespace backends {
+namespace gloo {
+namespace internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kMaxSlots = 16;
+constexpr uint32_t kFailed = 1;  // abort word: this rank's backend failed
+constexpr uint32_t kClosed = 2;  // abort word: this rank closed its backend
+constexpr size_t kControlBytes = 4096;
+constexpr int kSpins = 200;                                  // busy polls before sleeping
+constexpr std::chrono::milliseconds kCheckInterval(5);      // futex sleep between checks
+
+// One 32-bit word per cache line: futexes are 32-bit, and words that different ranks write must
+// not share a line.
+struct alignas(64) Word {
+  std::atomic<uint32_t> value{0};
+};
+
+// Newer-or-equal for a counter that may wrap (after 2^32 chunks on one handle).
+bool Reached(uint32_t value, uint32_t seq) { return static_cast<int32_t>(value - seq) >= 0; }
+
+void FutexWake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, std::chrono::milliseconds timeout) {
+  struct timespec ts;
+  ts.tv_sec = timeout.count() / 1000;
+  ts.tv_nsec = (timeout.count() % 1000) * 1000000L;
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void CpuRelax() { __builtin_ia32_pause(); }
+
+// A descriptor that becomes readable when `pid` exits (even before its parent reaps it, which
+// kill(pid, 0) cannot tell), or -1 where the kernel has no pidfd_open.
+int OpenPidFd(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+bool Exited(pid_t pid, int pidfd) {
+  if (pidfd >= 0) {
+    struct pollfd p = {pidfd, POLLIN, 0};
+    return poll(&p, 1, 0) > 0;
+  }
+  return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+std::string SegmentName(const std::string& token, int rank) {
+  return "/dadt-" + token + "-" + std::to_string(rank);
+}
+
+std::string ErrnoText(const std::string& what, int err) {
+  return what + ": " + std::strerror(err);
+}
+
+}  // namespace
+
+struct ShmAllreduce::Control {
+  Word abort;                 // kFailed or kClosed once this rank can no longer take part
+  Word pid;                   // this rank's process id
+  Word words[kMaxSlots * 2];  // per slot: arrived, reduced
+};
+
+ShmAllreduce::ShmAllreduce(int rank, int size, int slots, int64_t chunk_bytes)
+    : rank_(rank), size_(size), slots_(slots), chunk_bytes_(chunk_bytes), maps_(size),
+      pids_(size, 0), pidfds_(size, -1), seq_(slots, 0) {
+  static_assert(sizeof(Control) <= kControlBytes, "the control block outgrew its page");
+}
+
+ShmAllreduce::~ShmAllreduce() {
+  // A peer still waiting on this rank (it shut down or failed mid-collective) must not wait for
+  // the timeout.
+  if (maps_[rank_].base != nullptr) SetAbort(kClosed);
+  for (int fd : pidfds_) {
+    if (fd >= 0) close(fd);
+  }
+  for (Mapping& m : maps_) {
+    if (m.base != nullptr) munmap(m.base, m.bytes);
+  }
+}
+
+StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Open(const ShmAllreduceOptions& o) {
+  if (o.store == nullptr) return InvalidArgument("shared-memory allreduce needs a store");
+  if (o.slots < 1 || o.slots > kMaxSlots) {
+    return InvalidArgument("shared-memory allreduce: slots must be 1 to " + std::to_string(kMaxSlots));
+  }
+  if (o.chunk_bytes < 4096 || o.chunk_bytes % 64 != 0) {
+    return InvalidArgument("shared-memory allreduce: chunk_bytes must be a multiple of 64, >= 4096");
+  }
+  const std::string keys = o.store_prefix + "shm/";
+  std::string token;
+  if (o.rank == 0) {
+    std::random_device rd;
+    const uint64_t t = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(t));
+    token = hex;
+    DADT_RETURN_IF_ERROR(o.store->Set(keys + "token", token));
+  } else {
+    DADT_ASSIGN_OR_RETURN(token, o.store->Get(keys + "token", o.connect_timeout));
+  }
+  std::unique_ptr<ShmAllreduce> shm(new ShmAllreduce(o.rank, o.size, o.slots, o.chunk_bytes));
+  const size_t bytes = kControlBytes + static_cast<size_t>(o.slots) * 2 * o.chunk_bytes;
+  const std::string mine = SegmentName(token, o.rank);
+
+  // Our own segment: created, allocated now (a full /dev/shm fails here, not with SIGBUS later).
+  std::string problem;
+  int fd = -1;
+  if (!o.enabled) {
+    problem = "rank " + std::to_string(o.rank) + " has DADT_SHM_ALLREDUCE=0";
+  } else if ((fd = shm_open(mine.c_str(), O_CREAT | O_EXCL | O_RDWR, S_IRUSR | S_IWUSR)) < 0) {
+    problem = ErrnoText("shm_open " + mine, errno);
+  } else {
+    const int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (err != 0) {
+      problem = ErrnoText("allocating " + std::to_string(bytes >> 20) + " MiB in /dev/shm", err);
+    } else {
+      void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (base == MAP_FAILED) {
+        problem = ErrnoText("mmap " + mine, errno);
+      } else {
+        shm->maps_[o.rank] = {base, bytes};
+        Control* c = new (base) Control();
+        c->pid.value.store(static_cast<uint32_t>(getpid()), std::memory_order_release);
+        shm->pids_[o.rank] = getpid();
+      }
+    }
+  }
+  if (fd >= 0) close(fd);
+  DADT_RETURN_IF_ERROR(o.store->Set(keys + "created/" + std::to_string(o.rank),
+                                    problem.empty() ? "ok" : problem));
+
+  // Every peer's segment, once it says it exists.
+  for (int r = 0; r < o.size && problem.empty(); ++r) {
+    if (r == o.rank) continue;
+    StatusOr<std::string> said = o.store->Get(keys + "created/" + std::to_string(r), o.connect_timeout);
+    if (!said.ok()) {
+      problem = said.status().message();
+      break;
+    }
+    if (*said != "ok") {
+      problem = "rank " + std::to_string(r) + ": " + *said;
+      break;
+    }
+    const std::string name = SegmentName(token, r);
+    int pfd = shm_open(name.c_str(), O_RDWR, 0);
+    if (pfd < 0) {  // another /dev/shm: the rank is on another host, or in another container
+      problem = ErrnoText("rank " + std::to_string(r) + "'s segment " + name, errno);
+      break;
+    }
+    void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+    const int mmap_errno = errno;
+    close(pfd);
+    if (base == MAP_FAILED) {
+      problem = ErrnoText("mmap " + name, mmap_errno);
+      break;
+    }
+    shm->maps_[r] = {base, bytes};
+    const pid_t pid = static_cast<pid_t>(shm->control(r)->pid.value.load(std::memory_order_acquire));
+    if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
+      problem = "rank " + std::to_string(r) + "'s process (pid " + std::to_string(pid) +
+                ") is not visible from here (another pid namespace?)";
+      break;
+    }
+    shm->pids_[r] = pid;
+    shm->pidfds_[r] = OpenPidFd(pid);
+  }
+  // Nobody unlinks before every rank has opened every segment (or given up).
+  DADT_RETURN_IF_ERROR(o.store->Set(keys + "mapped/" + std::to_string(o.rank), "1"));
+  for (int r = 0; r < o.size; ++r) {
+    if (r == o.rank) continue;
+    StatusOr<std::string> done = o.store->Get(keys + "mapped/" + std::to_string(r), o.connect_timeout);
+    if (!done.ok() && problem.empty()) problem = done.status().message();
+    if (!done.ok()) break;
+  }
+  if (shm->maps_[o.rank].base != nullptr) shm_unlink(mine.c_str());
+  if (!problem.empty()) return PreconditionFailed(problem);
+  return shm;
+}
+
+ShmAllreduce::Control* ShmAllreduce::control(int rank) const {
+  return static_cast<Control*>(maps_[rank].base);
+}
+
+uint8_t* ShmAllreduce::buffer(int rank, int slot, uint64_t seq) const {
+  return static_cast<uint8_t*>(maps_[rank].base) + kControlBytes +
+         (static_cast<size_t>(slot) * 2 + seq % 2) * chunk_bytes_;
+}
+
+void ShmAllreduce::Abort() { SetAbort(kFailed); }
+
+void ShmAllreduce::SetAbort(uint32_t why) {
+  Control* c = control(rank_);
+  uint32_t none = 0;
+  c->abort.value.compare_exchange_strong(none, why, std::memory_order_acq_rel);
+  for (int i = 0; i < slots_ * 2; ++i) FutexWake(&c->words[i].value);
+}
+
+Status ShmAllreduce::WaitAll(int slot, bool reduced, uint64_t seq, Clock::time_point deadline) {
+  const uint32_t want = static_cast<uint32_t>(seq);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    std::atomic<uint32_t>* word = &control(r)->words[slot * 2 + (reduced ? 1 : 0)].value;
+    for (int spin = 0;; ++spin) {
+      const uint32_t seen = word->load(std::memory_order_acquire);
+      if (Reached(seen, want)) break;
+      if (spin < kSpins) {
+        CpuRelax();
+        continue;
+      }
+      for (int a = 0; a < size_; ++a) {
+        const uint32_t why = control(a)->abort.value.load(std::memory_order_acquire);
+        if (why != 0 && a != rank_) {
+          return Aborted("rank " + std::to_string(a) +
+                         (why == kClosed ? " closed its backend" : " failed") +
+                         " during a shared-memory allreduce");
+        }
+      }
+      if (Exited(pids_[r], pidfds_[r])) {
+        return Aborted("rank " + std::to_string(r) + " (pid " + std::to_string(pids_[r]) +
+                       ") exited during a shared-memory allreduce");
+      }
+      if (Clock::now() >= deadline) {
+        return TimeoutError("shared-memory allreduce: rank " + std::to_string(r) +
+                            " did not arrive within the collective timeout");
+      }
+      FutexWait(word, seen, kCheckInterval);
+    }
+  }
+  return Status::OK();
+}
+
+Status ShmAllreduce::Allreduce(int slot, void* buf, int64_t count, DataType dtype, ReduceOp op,
+                               std::chrono::milliseconds timeout) {
+  if (slot < 0 || slot >= slots_) return InvalidArgument("shared-memory allreduce: bad slot");
+  const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
+  const int64_t chunk_elems = chunk_bytes_ / esize;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  uint8_t* const data = static_cast<uint8_t*>(buf);
+  Control* const me = control(rank_);
+  for (int64_t off = 0; off < count; off += chunk_elems) {
+    const int64_t n = std::min(chunk_elems, count - off);
+    const uint64_t seq = ++seq_[slot];
+    uint8_t* const src = data + off * esize;
+    uint8_t* const mine = buffer(rank_, slot, seq);
+    std::memcpy(mine, src, static_cast<size_t>(n * esize));
+    me->words[slot * 2].value.store(static_cast<uint32_t>(seq), std::memory_order_release);
+    FutexWake(&me->words[slot * 2].value);
+    DADT_RETURN_IF_ERROR(WaitAll(slot, /*reduced=*/false, seq, deadline));
+
+    // My slice, reduced over every rank in rank order, into the caller's tensor and my buffer.
+    const int64_t lo = n * rank_ / size_;
+    const int64_t hi = n * (rank_ + 1) / size_;
+    if (hi > lo) {
+      uint8_t* const out = src + lo * esize;
+      const size_t at = static_cast<size_t>(lo * esize);
+      ReduceBinary(out, buffer(0, slot, seq) + at, buffer(1, slot, seq) + at, hi - lo, dtype, op);
+      for (int r = 2; r < size_; ++r) ReduceBinary(out, out, buffer(r, slot, seq) + at, hi - lo, dtype, op);
+      std::memcpy(mine + at, out, static_cast<size_t>((hi - lo) * esize));
+    }
+    me->words[slot * 2 + 1].value.store(static_cast<uint32_t>(seq), std::memory_order_release);
+    FutexWake(&me->words[slot * 2 + 1].value);
+    DADT_RETURN_IF_ERROR(WaitAll(slot, /*reduced=*/true, seq, deadline));
+
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const int64_t rlo = n * r / size_;
+      const int64_t rhi = n * (r + 1) / size_;
+      if (rhi > rlo) {
+        std::memcpy(src + rlo * esize, buffer(r, slot, seq) + rlo * esize,
+                    static_cast<size_t>((rhi - rlo) * esize));
+      }
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace internal
+}  // namespace gloo
+}  // namespace backends
+}  // namespace dadt

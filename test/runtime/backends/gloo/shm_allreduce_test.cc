@@ -1,0 +1,251 @@
+// ShmAllreduce (runtime/backends/gloo/shm_allreduce.h) on its own, ranks as threads: results for
+// every dtype and op across many chunks (tiny chunks, so slices and chunk edges fall everywhere),
+// identical bits on every rank, two slots at once, set-up agreement and nothing left in /dev/shm,
+// and the failures (a peer gone, a peer that never comes, a failed peer) that must end a wait.
+#include "runtime/backends/gloo/shm_allreduce.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/common/types.h"
+#include "test/runtime/backends/in_memory_kv_store.h"
+
+namespace dadt {
+namespace backends {
+namespace gloo {
+namespace internal {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// Whether /dev/shm still holds a segment of the job whose token is in `store` under `prefix`.
+bool AnySegmentLeft(testutil::InMemoryKeyValueStore& store, const std::string& prefix, int size) {
+  auto token = store.Get(prefix + "shm/token", milliseconds(1000));
+  EXPECT_TRUE(token.ok());
+  for (int r = 0; r < size; ++r) {
+    if (access(("/dev/shm/dadt-" + *token + "-" + std::to_string(r)).c_str(), F_OK) == 0) return true;
+  }
+  return false;
+}
+
+// Opens one ShmAllreduce per rank (threads), then runs body(rank, shm) on every rank.
+void WithRanks(int size, int64_t chunk_bytes,
+               const std::function<void(int, ShmAllreduce&)>& body, int slots = 2,
+               testutil::InMemoryKeyValueStore* store_out = nullptr, std::string* prefix_out = nullptr) {
+  static int job = 0;
+  testutil::InMemoryKeyValueStore own;
+  testutil::InMemoryKeyValueStore& store = store_out ? *store_out : own;
+  const std::string prefix = "shmtest/" + std::to_string(job++) + "/";
+  if (prefix_out) *prefix_out = prefix;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      ShmAllreduceOptions o;
+      o.rank = r;
+      o.size = size;
+      o.store = &store;
+      o.store_prefix = prefix;
+      o.slots = slots;
+      o.chunk_bytes = chunk_bytes;
+      auto shm = ShmAllreduce::Open(o);
+      ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+      body(r, **shm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+template <typename T> DataType DataTypeOf();
+template <> DataType DataTypeOf<float>() { return DataType::kFloat32; }
+template <> DataType DataTypeOf<double>() { return DataType::kFloat64; }
+template <> DataType DataTypeOf<int32_t>() { return DataType::kInt32; }
+template <> DataType DataTypeOf<int64_t>() { return DataType::kInt64; }
+template <> DataType DataTypeOf<uint8_t>() { return DataType::kUint8; }
+
+template <typename T>
+void CheckSum(int size, int64_t count, int64_t chunk_bytes) {
+  std::vector<std::vector<T>> results(size);
+  WithRanks(size, chunk_bytes, [&](int rank, ShmAllreduce& shm) {
+    std::vector<T> v(count);
+    for (int64_t i = 0; i < count; ++i) v[i] = static_cast<T>((i % 7) + rank);
+    const Status s = shm.Allreduce(0, v.data(), count, DataTypeOf<T>(), ReduceOp::kSum,
+                                   milliseconds(20000));
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    results[rank] = v;
+  });
+  for (int64_t i = 0; i < count; ++i) {
+    const T want = static_cast<T>(size * (i % 7) + size * (size - 1) / 2);
+    ASSERT_EQ(results[0][i], want) << "element " << i;
+  }
+  for (int r = 1; r < size; ++r) {
+    ASSERT_EQ(std::memcmp(results[r].data(), results[0].data(), count * sizeof(T)), 0)
+        << "rank " << r << " differs from rank 0";
+  }
+}
+
+TEST(ShmAllreduceTest, SumAcrossManyChunksAndUnevenSlices) {
+  CheckSum<float>(3, 10007, 4096);     // 10 chunks, the last partial; slices of 341/342 elements
+  CheckSum<double>(4, 3, 4096);        // fewer elements than ranks: empty slices
+  CheckSum<int32_t>(2, 4096 / 4 * 5, 4096);  // a whole number of chunks
+  CheckSum<int64_t>(3, 1, 4096);
+  CheckSum<uint8_t>(2, 9000, 4096);
+}
+
+TEST(ShmAllreduceTest, MinMaxProductAndHalfPrecision) {
+  const int size = 3;
+  const int64_t count = 5000;
+  std::vector<std::vector<float>> mins(size), maxs(size), prods(size);
+  WithRanks(size, 4096, [&](int rank, ShmAllreduce& shm) {
+    std::vector<float> a(count, static_cast<float>(rank + 1)), b = a, c = a;
+    ASSERT_TRUE(shm.Allreduce(0, a.data(), count, DataType::kFloat32, ReduceOp::kMin, milliseconds(20000)).ok());
+    ASSERT_TRUE(shm.Allreduce(0, b.data(), count, DataType::kFloat32, ReduceOp::kMax, milliseconds(20000)).ok());
+    ASSERT_TRUE(shm.Allreduce(0, c.data(), count, DataType::kFloat32, ReduceOp::kProduct, milliseconds(20000)).ok());
+    mins[rank] = a;
+    maxs[rank] = b;
+    prods[rank] = c;
+  });
+  for (int r = 0; r < size; ++r) {
+    EXPECT_EQ(mins[r], std::vector<float>(count, 1.0f));
+    EXPECT_EQ(maxs[r], std::vector<float>(count, 3.0f));
+    EXPECT_EQ(prods[r], std::vector<float>(count, 6.0f));
+  }
+}
+
+TEST(ShmAllreduceTest, TwoSlotsRunAtOnce) {
+  const int size = 3;
+  const int64_t count = 20000;
+  std::vector<std::vector<float>> first(size), second(size);
+  WithRanks(size, 4096, [&](int rank, ShmAllreduce& shm) {
+    std::vector<float> a(count, 1.0f), b(count, static_cast<float>(rank));
+    std::thread other([&] {
+      for (int k = 0; k < 5; ++k) {
+        ASSERT_TRUE(shm.Allreduce(1, b.data(), count, DataType::kFloat32, ReduceOp::kMax,
+                                  milliseconds(20000)).ok());
+      }
+    });
+    for (int k = 0; k < 5; ++k) {
+      ASSERT_TRUE(shm.Allreduce(0, a.data(), count, DataType::kFloat32, ReduceOp::kSum,
+                                milliseconds(20000)).ok());
+    }
+    other.join();
+    first[rank] = a;
+    second[rank] = b;
+  });
+  for (int r = 0; r < size; ++r) {
+    EXPECT_EQ(first[r], std::vector<float>(count, 243.0f));  // 1 * 3^5
+    EXPECT_EQ(second[r], std::vector<float>(count, 2.0f));
+  }
+}
+
+TEST(ShmAllreduceTest, LeavesNothingInDevShm) {
+  testutil::InMemoryKeyValueStore store;
+  std::string prefix;
+  WithRanks(3, 4096, [&](int, ShmAllreduce& shm) {
+    float x = 1;
+    ASSERT_TRUE(shm.Allreduce(0, &x, 1, DataType::kFloat32, ReduceOp::kSum, milliseconds(20000)).ok());
+  }, 2, &store, &prefix);
+  EXPECT_FALSE(AnySegmentLeft(store, prefix, 3));  // unlinked once every rank had mapped them
+}
+
+TEST(ShmAllreduceTest, ARankWithSharedMemoryOffMakesEveryRankSayWhy) {
+  testutil::InMemoryKeyValueStore store;
+  std::vector<Status> results(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      ShmAllreduceOptions o;
+      o.rank = r;
+      o.size = 3;
+      o.store = &store;
+      o.store_prefix = "off/";
+      o.enabled = r != 1;
+      results[r] = ShmAllreduce::Open(o).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(results[r].code(), StatusCode::kPreconditionFailed) << "rank " << r;
+    EXPECT_NE(results[r].message().find("DADT_SHM_ALLREDUCE=0"), std::string::npos)
+        << results[r].ToString();
+  }
+}
+
+TEST(ShmAllreduceTest, APeerThatLeavesEndsTheWaitAtOnce) {
+  testutil::InMemoryKeyValueStore store;
+  Status waited;
+  double seconds = 0;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ShmAllreduceOptions o;
+      o.rank = r;
+      o.size = 2;
+      o.store = &store;
+      o.store_prefix = "leave/";
+      auto shm = ShmAllreduce::Open(o);
+      ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+      if (r == 1) {
+        std::this_thread::sleep_for(milliseconds(200));
+        shm->reset();  // gone without joining rank 0's allreduce
+        return;
+      }
+      float x = 1;
+      const auto t0 = Clock::now();
+      waited = (*shm)->Allreduce(0, &x, 1, DataType::kFloat32, ReduceOp::kSum, milliseconds(60000));
+      seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(waited.code(), StatusCode::kAborted) << waited.ToString();
+  EXPECT_NE(waited.message().find("rank 1 closed"), std::string::npos) << waited.ToString();
+  EXPECT_LT(seconds, 5);  // far below the 60 s timeout
+}
+
+TEST(ShmAllreduceTest, AFailedPeerAbortsAndASilentOneTimesOut) {
+  for (bool abort : {true, false}) {
+    testutil::InMemoryKeyValueStore store;
+    Status waited;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        ShmAllreduceOptions o;
+        o.rank = r;
+        o.size = 2;
+        o.store = &store;
+        o.store_prefix = abort ? "abort/" : "silent/";
+        auto shm = ShmAllreduce::Open(o);
+        ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+        if (r == 1) {
+          std::this_thread::sleep_for(milliseconds(200));
+          if (abort) (*shm)->Abort();
+          std::this_thread::sleep_for(milliseconds(600));  // alive, never joins
+          return;
+        }
+        float x = 1;
+        waited = (*shm)->Allreduce(0, &x, 1, DataType::kFloat32, ReduceOp::kSum, milliseconds(500));
+      });
+    }
+    for (auto& t : threads) t.join();
+    if (abort) {
+      EXPECT_EQ(waited.code(), StatusCode::kAborted) << waited.ToString();
+      EXPECT_NE(waited.message().find("rank 1 failed"), std::string::npos) << waited.ToString();
+    } else {
+      EXPECT_EQ(waited.code(), StatusCode::kTimeout) << waited.ToString();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace gloo
+}  // namespace backends
+}  // namespace dadt
