@@ -133,19 +133,22 @@ StatusOr<std::vector<HostSlots>> RunDiscoveryScript(const std::string& script, i
   bool finished = ReadUntilEof(out_pipe[0], err_pipe[0], deadline, &out, &err);
   ::close(out_pipe[0]);
   ::close(err_pipe[0]);
-  int status = 0;
+  // Wait for the exit without reaping (WNOWAIT): the script's pid, and so its process group id,
+  // stays taken until the group is killed below, so the kill can never reach another group.
   while (finished) {  // output closed; the script itself may still run
-    const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (r < 0 && errno != EINTR) return InternalError(what + ": waitpid: " + std::strerror(errno));
+    siginfo_t info{};
+    const int r = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT);
+    if (r == 0 && info.si_pid == pid) break;
+    if (r < 0 && errno != EINTR) return InternalError(what + ": waitid: " + std::strerror(errno));
     if (Clock::now() >= deadline) finished = false;
     if (finished) ::usleep(5000);
   }
   ::kill(-pid, SIGKILL);  // whatever it left behind in its group, or the script itself
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   const std::string said = LastLine(err).empty() ? "" : " (its last stderr line: '" + LastLine(err) + "')";
   if (!finished) {
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
     std::ostringstream secs;
     secs << timeout.count() / 1000.0;
     return TimeoutError(what + " still running after " + secs.str() + " s; killed it" + said);

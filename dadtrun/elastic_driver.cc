@@ -101,12 +101,19 @@ int ElasticDriver::Run() {
 void ElasticDriver::Reap(Clock::time_point now) {
   for (auto& [id, w] : workers_) {
     if (!w.running) continue;
-    int status = 0;
-    const pid_t r = ::waitpid(w.handle.pid, &status, WNOHANG);
-    if (r == 0 || (r < 0 && errno == EINTR)) continue;
+    // Seen without reaping first: while the worker is a zombie its pid, and so its process group
+    // id, cannot be reused, so the SIGKILL for what it left in its group reaches nobody else.
+    siginfo_t info{};
+    const int seen = ::waitid(P_PID, static_cast<id_t>(w.handle.pid), &info, WEXITED | WNOHANG | WNOWAIT);
+    if (seen == 0 && info.si_pid != w.handle.pid) continue;  // still running
+    if (seen < 0 && errno == EINTR) continue;
     w.running = false;
-    ::kill(-w.handle.pid, SIGKILL);  // what it left in its process group goes with it
-    if (r > 0) OnExit(&w, status, now);
+    if (seen < 0) continue;  // ECHILD: not ours any more
+    ::kill(-w.handle.pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(w.handle.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    OnExit(&w, status, now);
   }
 }
 
@@ -215,6 +222,22 @@ void ElasticDriver::TryPublishRound(Clock::time_point now) {
     }
     return;  // round_wanted_ stays: planned again on every tick until enough
   }
+  // The same world as the current round (a change that ended where it began, e.g. a host listed
+  // and blacklisted before it could start): no notice, no round, no reset. A notice without a new
+  // round would leave the workers waiting for one.
+  bool same = round_ > 0 && plan.removed.empty();
+  for (const PlannedWorker& p : plan.workers) {
+    auto it = workers_.find(p.worker_id);  // a new worker (empty id) is never the same world
+    same = same && it != workers_.end() && it->second.round == round_ && it->second.assignment == p.AssignmentValue();
+  }
+  if (same) {
+    if (options_.verbose) Say("hosts changed, but round " + std::to_string(round_) + " stays as it is");
+    notice_kind_.clear();
+    round_wanted_ = false;
+    below_since_.reset();
+    waiting_reported_have_ = -1;
+    return;
+  }
   if (round_ > 0 && c.reset_limit >= 0 && resets_ + 1 > c.reset_limit) {
     Fatal("reset limit reached: the job needs reset " + std::to_string(resets_ + 1) + " but --reset-limit is " +
               std::to_string(c.reset_limit) + "; stopping",
@@ -255,10 +278,14 @@ void ElasticDriver::TryPublishRound(Clock::time_point now) {
   ++round_;
   for (const PlannedWorker& p : plan.workers) hooks_.publish(AssignKey(round_, p.worker_id), p.AssignmentValue());
   for (const std::string& id : plan.removed) {
-    hooks_.publish(AssignKey(round_, id), "removed");
     Worker& w = workers_.at(id);
     w.removed = true;
     Say(Describe(w) + " on " + w.spec.host + " removed from the job");
+  }
+  // Every running worker not in the round is told so, also one removed earlier that has not
+  // re-initialised yet: it reads only the latest round, and must not wait in it for nothing.
+  for (const auto& [id, w] : workers_) {
+    if (w.running && w.removed) hooks_.publish(AssignKey(round_, id), "removed");
   }
   hooks_.publish(RoundSizeKey(round_), std::to_string(plan.workers.size()));
   hooks_.publish(RoundKey(), std::to_string(round_));
@@ -267,6 +294,7 @@ void ElasticDriver::TryPublishRound(Clock::time_point now) {
     Worker& w = workers_.at(p.worker_id);
     w.round = round_;
     w.rank = p.rank;
+    w.assignment = p.AssignmentValue();
     if (std::find(host_names.begin(), host_names.end(), p.host) == host_names.end()) host_names.push_back(p.host);
   }
   std::string hosts_text;

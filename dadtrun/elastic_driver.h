@@ -12,8 +12,9 @@
 //   3. When a new round is asked for and no event came for `settle`, plan it (PlanRound); below
 //      --min-np, wait (and end the job after --elastic-timeout). Otherwise count a reset (every
 //      round after the first; past --reset-limit the job ends), spawn the new workers, and publish
-//      round r: every elastic/round/<r>/assign/<id> (geometry, or "removed"), then
-//      elastic/round/<r>/size, then elastic/round = r.
+//      round r: every elastic/round/<r>/assign/<id> (geometry, or "removed" for every running
+//      worker not in it), then elastic/round/<r>/size, then elastic/round = r. A plan equal to the
+//      current round publishes nothing (no notice either: it would leave workers waiting).
 //   4. On a fatal end (elastic timeout, reset limit, a failure after the end began, a signal to
 //      dadtrun) every running worker gets SIGTERM (or the signal), then SIGKILL after the grace;
 //      Run() returns once every worker is reaped: no orphans.
@@ -95,6 +96,7 @@ class ElasticDriver {
     bool removed = false;
     int64_t round = 0;  // latest round it is assigned in; 0: none yet
     int rank = -1;      // its rank there
+    std::string assignment;  // its assignment value there
     bool succeeded = false;
   };
   using Clock = ElasticClock;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/common/env.h"
 #include "runtime/common/status.h"
 
 namespace CLI {
@@ -25,7 +26,6 @@ class App;
 namespace dadt {
 namespace dadtrun {
 
-inline constexpr int64_t kDefaultElasticTimeoutSeconds = 600;  // Horovod's
 // How long one run of the discovery script may take before it is killed (and counts as failed).
 inline constexpr int64_t kDiscoveryScriptTimeoutSeconds = 10;
 
@@ -35,7 +35,7 @@ struct ElasticConfig {
   int max_np = 0;          // --max-np; 0 = unbounded
   std::string discovery_script;  // --host-discovery-script; empty = the fixed -H/--hostfile list
   int slots_per_host = 1;  // --slots-per-host: slots of a script line without ":N"
-  int64_t elastic_timeout_seconds = kDefaultElasticTimeoutSeconds;  // --elastic-timeout
+  int64_t elastic_timeout_seconds = env::kDefaultElasticTimeoutSeconds;  // --elastic-timeout (Horovod's 600)
   int reset_limit = -1;    // --reset-limit; -1 = unlimited
   // --blacklist-cooldown-range MIN MAX (seconds); unset = a blacklisted host never comes back.
   std::optional<std::pair<int64_t, int64_t>> cooldown_range;

@@ -31,9 +31,9 @@ EnvMap ElasticWorkerEnvironment(const LaunchConfig& config, const JobEndpoints& 
                            kTorchGroupRank, kTorchGroupWorldSize, kTorchRoleRank, kTorchRoleWorldSize}) {
     env.erase(name);
   }
-  env[kElasticEnv] = "1";
-  env[kElasticWorkerIdEnv] = worker.id;
-  env[kElasticTimeoutEnv] = std::to_string(config.elastic.elastic_timeout_seconds);
+  env[env::kElastic] = "1";
+  env[env::kElasticWorkerId] = worker.id;
+  env[env::kElasticTimeout] = std::to_string(config.elastic.elastic_timeout_seconds);
   env[env::kHostname] = IsLocalHost(worker.host, endpoints.hostname) ? endpoints.hostname : worker.host;
   if (worker.workers_on_host > 1 && user_env.find(env::kOmpNumThreads) == user_env.end()) {
     env[env::kOmpNumThreads] = "1";
@@ -100,7 +100,13 @@ int LaunchElastic(const LaunchConfig& config) {
   OutputMux::Options mux_options;  // no --output-filename files: refused for elastic jobs in cli
 
   ElasticDriverHooks hooks;
+  const bool loopback_only = *bind_addr == "127.0.0.1";
   hooks.spawn = [&](const ElasticWorkerSpec& spec) -> StatusOr<ElasticWorkerHandle> {
+    if (loopback_only && !IsLocalHost(spec.host, local_hostname)) {
+      return InvalidArgument("host " + spec.host + " cannot reach the rendezvous server, which listens on "
+                             "127.0.0.1 because every first host was this machine; start dadtrun with "
+                             "--network-interface IFACE when the discovery script may add other hosts");
+    }
     SpawnRequest request;
     request.rank = 0;
     request.command = config.command;

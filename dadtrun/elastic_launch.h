@@ -15,11 +15,6 @@
 namespace dadt {
 namespace dadtrun {
 
-// The launcher -> worker contract's elastic variables.
-inline constexpr char kElasticEnv[] = "DADT_ELASTIC";                  // "1"
-inline constexpr char kElasticWorkerIdEnv[] = "DADT_ELASTIC_WORKER_ID";  // "<host>/<slot>/<spawn seq>"
-inline constexpr char kElasticTimeoutEnv[] = "DADT_ELASTIC_TIMEOUT";    // seconds (--elastic-timeout)
-
 // A worker's environment: WorkerEnvironment's, less everything that depends on a rank (DADT_RANK,
 // DADT_SIZE, DADT_LOCAL_*, DADT_CROSS_*, and torchrun's RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, GROUP_*, ROLE_*, MASTER_ADDR, MASTER_PORT), which each round assigns; plus

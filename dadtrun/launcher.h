@@ -6,7 +6,8 @@
 // on 127.0.0.1 (one host) or on the chosen interface's address; pick MASTER_PORT; open output
 // files; spawn every rank with its environment (worker_env.h), locally or over ssh; multiplex their
 // output; supervise until all exit (supervisor.h), printing rendezvous progress across hosts; drain
-// output; stop the server.
+// output; stop the server. An elastic job (config.elastic.enabled) goes to LaunchElastic instead
+// (elastic_launch.h, docs/elastic.md).
 //
 //   StatusOr<CommandLine> cl = ParseCommandLine(args, LocalHostname());
 //   return Launch(cl->config);

@@ -33,6 +33,7 @@ class ElasticDriverTest : public ::testing::Test {
     options_.failure_grace = milliseconds(1000);
     options_.settle = milliseconds(100);
     hooks_.spawn = [this](const ElasticWorkerSpec& spec) -> StatusOr<ElasticWorkerHandle> {
+      if (spec.host == "unreachable") return InvalidArgument("cannot start anything on " + spec.host);
       SpawnRequest req;
       req.command = {"sh", "-c", script_(spec)};
       req.env = {"PATH=/usr/bin:/bin", "R=" + dir_ + "/round"};
@@ -131,6 +132,46 @@ TEST_F(ElasticDriverTest, DroppedHostGetsANoticeAndItsRemovedWorkerNeverEndsTheJ
   EXPECT_EQ(Get(NoticeKey()), "1");
   EXPECT_EQ(Get(NoticeKindKey(1)), "removed");
   EXPECT_LT(IndexOf(NoticeKey()), IndexOf(AssignKey(2, "a/0/1")));  // the notice comes first
+}
+
+TEST_F(ElasticDriverTest, WorkerRemovedEarlierIsRemovedInEveryLaterRound) {
+  options_.config.min_np = 1;
+  options_.initial_hosts = {{"a", 1}, {"b", 1}, {"c", 1}};
+  std::atomic<int> polls{0};
+  hooks_.poll_discovery = [&]() -> std::optional<StatusOr<std::vector<HostSlots>>> {
+    ++polls;
+    if (polls == 5) return StatusOr<std::vector<HostSlots>>(std::vector<HostSlots>{{"a", 1}, {"c", 1}});
+    if (polls == 15) return StatusOr<std::vector<HostSlots>>(std::vector<HostSlots>{{"a", 1}});
+    return std::nullopt;
+  };
+  // b is slow to leave (still running at round 3); a and c follow the rounds.
+  script_ = [](const ElasticWorkerSpec& s) { return s.host == "b" ? "exec sleep 100" : AwaitRound(3) + "exit 0"; };
+  EXPECT_EQ(Run(), 0);
+  EXPECT_EQ(Get(AssignKey(2, "b/0/2")), "removed");
+  EXPECT_EQ(Get(AssignKey(3, "b/0/2")), "removed");
+  EXPECT_EQ(Get(AssignKey(3, "c/0/3")), "removed");
+  EXPECT_EQ(Get(AssignKey(3, "a/0/1")), "0 1 0 1 0 1");
+  EXPECT_EQ(Get(NoticeKey()), "2");
+}
+
+TEST_F(ElasticDriverTest, HostThatCannotStartAWorkerCostsNoRound) {
+  options_.config.min_np = 1;
+  options_.initial_hosts = {{"a", 1}};
+  std::atomic<int> polls{0};
+  hooks_.poll_discovery = [&]() -> std::optional<StatusOr<std::vector<HostSlots>>> {
+    if (++polls == 3) return StatusOr<std::vector<HostSlots>>(std::vector<HostSlots>{{"a", 1}, {"unreachable", 1}});
+    return std::nullopt;
+  };
+  script_ = [this](const ElasticWorkerSpec&) {
+    return AwaitRound(1) + "while [ ! -e " + dir_ + "/go ]; do sleep 0.02; done; exit 0";
+  };
+  hooks_.on_tick = [&] {
+    if (polls == 10) std::ofstream(dir_ + "/go") << "\n";  // well after the failed start
+  };
+  EXPECT_EQ(Run(), 0);
+  EXPECT_EQ(Get(RoundKey()), "1");
+  EXPECT_EQ(Get(NoticeKey()), "<unset>");
+  EXPECT_EQ(spawned_, (std::vector<std::string>{"a/0/1"}));
 }
 
 TEST_F(ElasticDriverTest, ResetLimitEndsTheJobAndStopsEveryWorker) {

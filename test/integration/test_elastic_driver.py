@@ -119,6 +119,8 @@ class ElasticJob:
 
 @pytest.fixture
 def ejob(dadtrun, tmp_path):
+    if H3 in (H1, H2):
+        pytest.skip(f"this machine's host name is {H3!r}: no third local host name")
     j = ElasticJob(dadtrun, tmp_path)
     yield j
     j.cleanup()
@@ -192,10 +194,7 @@ def test_below_min_np_past_elastic_timeout_ends_the_job(ejob):
     _, victim = ejob.wait_assigned(f"{H2}/0/2", 1)
     os.kill(victim, signal.SIGKILL)
     ejob.wait_for("err", r"^dadtrun: elastic: waiting for 2 slots \(have 1, need --min-np 2\); giving up in [23] s$")
-    start = time.monotonic()
-    code = ejob.wait_exit()
-    assert code == 1, ejob.dump()
-    assert time.monotonic() - start < 10
+    assert ejob.wait_exit() == 1, ejob.dump()
     ejob.wait_for("err", r"^dadtrun: elastic: elastic timeout: waited 3 s \(--elastic-timeout\) with 1 usable "
                          r"slot\(s\), fewer than --min-np 2; stopping$")
     ejob.assert_nothing_left()  # the survivor was stopped too
@@ -244,3 +243,27 @@ def test_mpi_is_refused_for_elastic_jobs(dadtrun):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "dadtrun: elastic training needs --gloo: MPI cannot change the size of its world"
+
+
+def test_signal_to_dadtrun_stops_every_worker(ejob):
+    ejob.start("--min-np", "1", "-H", f"{H1}:2,{H2}:1")
+    ejob.wait_for("err", r"round 1: 3 workers")
+    for wid in (f"{H1}/0/1", f"{H1}/1/2", f"{H2}/0/3"):
+        ejob.wait_assigned(wid, 1)
+    ejob.proc.send_signal(signal.SIGTERM)
+    assert ejob.wait_exit() == 128 + signal.SIGTERM, ejob.dump()
+    ejob.wait_for("err", r"^dadtrun: received SIGTERM; forwarding it to 3 worker\(s\)$")
+    ejob.assert_nothing_left()
+
+
+def test_remote_host_added_to_a_loopback_job_is_refused_clearly(ejob, tmp_path):
+    script, listing = discovery(tmp_path, [f"{H1}:1"])
+    ejob.start("--min-np", "1", "--host-discovery-script", script)
+    ejob.wait_assigned(f"{H1}/0/1", 1)
+    listing.write_text(f"{H1}:1\nfar-away-host:1\n")
+    ejob.wait_for("err", r"^dadtrun: elastic: cannot start worker far-away-host/0/2: host far-away-host cannot reach "
+                         r"the rendezvous server, which listens on 127.0.0.1 .* start dadtrun with --network-interface "
+                         r"IFACE when the discovery script may add other hosts; host far-away-host blacklisted")
+    ejob.finish()
+    assert ejob.wait_exit() == 0, ejob.dump()
+    ejob.assert_nothing_left()
