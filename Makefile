@@ -30,7 +30,7 @@ INTEGRATION_TIMEOUT ?= 1800
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
 .PHONY: help deps build install demo test test-cc test-python-unit test-python test-python-frameworks test-conformance test-integration bench clean
-.PHONY: test-fuzz test-asan test-tsan
+.PHONY: test-fuzz test-asan test-tsan test-python-elastic
 
 help:
 	@echo "make demo    install deps + dadt, then: dadtrun --gloo -np $(NP) $(PYTHON) examples/pytorch/train_digits.py"
@@ -58,7 +58,7 @@ demo: deps install
 # Every tier runs even when an earlier one fails; the summary says which failed.
 test: deps install
 	@log=$$(mktemp); failed=0; summary=""; \
-	for tier in test-cc test-python-unit test-python test-python-frameworks test-conformance test-integration test-fuzz test-asan test-tsan; do \
+	for tier in test-cc test-python-unit test-python-elastic test-python test-python-frameworks test-conformance test-integration test-fuzz test-asan test-tsan; do \
 	    $(MAKE) --no-print-directory $$tier 2>&1 | tee $$log; rc=$${PIPESTATUS[0]}; \
 	    if [ $$rc -ne 0 ]; then verdict="FAILED (exit $$rc)"; failed=$$((failed + 1)); \
 	    elif grep -q '^SKIP tier' $$log; then verdict="skipped: $$(grep -m1 '^SKIP tier' $$log | sed 's/^SKIP tier [0-9a-z]*: //')"; \
@@ -102,6 +102,13 @@ test-tsan:
 test-python-unit:
 	@echo "==================== [tier 1b] Python unit tests: pytest test/python_unit ===================="
 	@timeout -k 30 600 $(PYTEST) test/python_unit </dev/null
+
+# Elastic workers (docs/elastic.md, "Tests"): a peer SIGKILLed mid-allreduce at 3 ranks, survivors
+# re-form, a removed worker exits 0; elastic Digits (stand-in launcher and real dadtrun) and Keras.
+# About 2.5 min on 2 idle cores.
+test-python-elastic:
+	@echo "==================== [tier 2e] Elastic workers: pytest test/python_elastic ===================="
+	@timeout -k 30 600 $(PYTEST) test/python_elastic </dev/null
 
 test-python:
 	@bash tools/run_python_tests.sh 1 2 3 4

@@ -13,6 +13,7 @@
 #include "runtime/backends/device.h"
 #include "runtime/backends/engine_choice.h"
 #include "runtime/common/env.h"
+#include "runtime/core/elastic_membership.h"
 #include "runtime/core/engine_setup.h"
 #include "runtime/core/op_layout.h"
 #include "runtime/core/runtime.h"
@@ -33,6 +34,9 @@ bool g_running = false;
 // How many times this process has started a runtime (failed starts included): the incarnation
 // number that scopes every rendezvous key of the next one (rendezvous/scoped_store.h).
 int64_t g_incarnations = 0;
+// Elastic workers (DADT_ELASTIC=1): the launcher's rounds this process has joined. Lives as long
+// as the process, so the next init() waits for a round later than the last one it ran in.
+dadt::core::ElasticMembership g_elastic;
 thread_local std::string t_last_error;
 thread_local int t_last_code = DADT_OK;
 
@@ -166,6 +170,11 @@ int dadt_init(const dadt_init_options* options) {
     }
   }
   opts->incarnation = g_incarnations++;
+  if (opts->elastic) {
+    auto joined = g_elastic.Join(*opts);  // blocks until a round includes this worker
+    if (!joined.ok()) return Fail(joined.status());
+    opts = std::move(joined);
+  }
   auto rt = Runtime::Start(*opts, nullptr);
   if (!rt.ok()) return Fail(rt.status());
   g_runtime = std::shared_ptr<Runtime>(std::move(*rt));
@@ -186,6 +195,27 @@ int dadt_shutdown(void) {
 }
 
 int dadt_is_initialized(void) { return GetRunning() != nullptr; }
+
+int64_t dadt_elastic_round(void) { return g_elastic.round(); }
+int64_t dadt_elastic_notice_at_init(void) { return g_elastic.notice_at_join(); }
+
+int dadt_elastic_updates(int64_t* latest_round, int64_t* notice) {
+  StatusOr<int64_t> round = g_elastic.LatestRound();
+  if (!round.ok()) return Fail(round.status());
+  StatusOr<int64_t> seq = g_elastic.CurrentNotice();
+  if (!seq.ok()) return Fail(seq.status());
+  *latest_round = *round;
+  *notice = *seq;
+  return DADT_OK;
+}
+
+const char* dadt_elastic_notice_kind(int64_t seq) {
+  thread_local std::string t_kind;
+  StatusOr<std::string> kind = g_elastic.NoticeKind(seq);
+  if (!kind.ok()) return (Fail(kind.status()), nullptr);
+  t_kind = *kind;
+  return t_kind.c_str();
+}
 const char* dadt_last_error(void) { return t_last_error.c_str(); }
 int dadt_last_error_code(void) { return t_last_code; }
 

@@ -45,6 +45,7 @@ extern "C" {
 #define DADT_ERR_TIMEOUT 5
 #define DADT_ERR_UNIMPLEMENTED 6
 #define DADT_ERR_INTERNAL 7
+#define DADT_ERR_REMOVED 8 /* elastic: the launcher removed this worker from the job */
 #define DADT_PENDING (-2) /* dadt_wait_for: not done yet */
 
 /* Op types (dadt::OpType). */
@@ -111,6 +112,17 @@ int dadt_init(const dadt_init_options* options);
  * keep answering until the next dadt_init). */
 int dadt_shutdown(void);
 int dadt_is_initialized(void);
+
+/* Elastic workers (DADT_ELASTIC=1, docs/elastic.md): dadt_init joins the launcher's next round and
+ * fails with DADT_ERR_REMOVED when that round removed this worker. The round last joined (0 before
+ * the first) and the host-update notice number read with it; dadt_elastic_updates reads the
+ * latest round and notice from the launcher's store now (DADT_ERR_PRECONDITION before a join). */
+int64_t dadt_elastic_round(void);
+int64_t dadt_elastic_notice_at_init(void);
+int dadt_elastic_updates(int64_t* latest_round, int64_t* notice);
+/* What host-update notice `seq` changed ("added", "removed", "mixed"; "" if there is none), valid
+ * until this thread's next call. NULL on failure (dadt_last_error says why). */
+const char* dadt_elastic_notice_kind(int64_t seq);
 /* Message of the last failed call on this thread. */
 const char* dadt_last_error(void);
 

@@ -273,6 +273,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("ERR_TIMEOUT") = DADT_ERR_TIMEOUT;
   m.attr("ERR_UNIMPLEMENTED") = DADT_ERR_UNIMPLEMENTED;
   m.attr("ERR_INTERNAL") = DADT_ERR_INTERNAL;
+  m.attr("ERR_REMOVED") = DADT_ERR_REMOVED;
   m.attr("OP_ALLREDUCE") = DADT_OP_ALLREDUCE;
   m.attr("OP_ALLGATHER") = DADT_OP_ALLGATHER;
   m.attr("OP_BROADCAST") = DADT_OP_BROADCAST;
@@ -314,6 +315,39 @@ PYBIND11_MODULE(_core, m) {
   }, "(bytes, is_set): DADT_FUSION_THRESHOLD as the runtime reads it, or (its default, False).");
   m.def("shutdown", &Shutdown, "Stops the runtime; pending handles fail with ERR_ABORTED.");
   m.def("is_initialized", [] { return dadt_is_initialized() != 0; });
+  m.def("elastic_round", &dadt_elastic_round,
+        "Elastic workers: the launcher's round this process joined last (0 before the first).");
+  m.def("elastic_notice_at_init", &dadt_elastic_notice_at_init,
+        "Elastic workers: the host-update notice number read with the round joined last.");
+  m.def("elastic_updates", [] {
+    int64_t round = 0, notice = 0;
+    int rc;
+    {
+      py::gil_scoped_release release;  // one or two rendezvous round trips
+      rc = dadt_elastic_updates(&round, &notice);
+    }
+    CheckStatus(rc);
+    return py::make_tuple(round, notice);
+  }, "Elastic workers: (latest round, latest notice number) in the launcher's store now.");
+  m.def("elastic_notice", [] {
+    int64_t round = 0, notice = 0;
+    int rc;
+    {
+      py::gil_scoped_release release;
+      rc = dadt_elastic_updates(&round, &notice);
+    }
+    CheckStatus(rc);
+    return notice;
+  }, "Elastic workers: the launcher's host-update notice number (elastic/notice) now.");
+  m.def("elastic_notice_kind", [](int64_t seq) {
+    const char* kind;
+    {
+      py::gil_scoped_release release;
+      kind = dadt_elastic_notice_kind(seq);
+    }
+    if (kind == nullptr) ThrowLastError();
+    return std::string(kind);
+  }, py::arg("seq"), "Elastic workers: what notice `seq` changed: added, removed, mixed, or ''.");
   m.def("rank", &dadt_rank, "-1 when not initialized (as the other geometry calls).");
   m.def("size", &dadt_size);
   m.def("local_rank", &dadt_local_rank);

@@ -27,6 +27,7 @@ enum class StatusCode {
   kTimeout,
   kUnimplemented,       // "not supported": the selector may try the next candidate
   kInternal,
+  kRemoved,             // elastic: the launcher removed this worker from the job (Python: exit 0)
 };
 
 class [[nodiscard]] Status {
@@ -54,6 +55,7 @@ inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m
 inline Status TimeoutError(std::string m) { return {StatusCode::kTimeout, std::move(m)}; }
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status RemovedError(std::string m) { return {StatusCode::kRemoved, std::move(m)}; }
 
 const char* StatusCodeName(StatusCode code);
 

@@ -152,7 +152,8 @@ StatusOr<Engines> ConnectEngines(const RuntimeOptions& requested,
   }
   e.store = std::move(store);
   e.scoped_store = std::make_unique<rendezvous::ScopedStore>(
-      e.store.get(), rendezvous::IncarnationScope(options.incarnation));
+      e.store.get(), options.store_scope.empty() ? rendezvous::IncarnationScope(options.incarnation)
+                                                 : options.store_scope);
   e.backend_options = DataPlaneOptions(options, e.scoped_store.get());
   auto backend = backends::CreateDataPlane(host, e.backend_options,
                                            options.hierarchical_allreduce);

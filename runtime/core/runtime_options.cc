@@ -62,6 +62,26 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
     o.rank = 0;  // geometry comes from MPI at start; the environment may not have it
     o.size = 1;
   }
+  DADT_ASSIGN_OR_RETURN(o.elastic, env::GetBool(env::kElastic, false));
+  if (o.elastic) {
+    if (o.engines.control_plane != backends::ControlPlane::kTcpStar) {
+      return InvalidArgument(std::string(env::kElastic) + "=1 needs dadt's TCP controller (launch "
+                             "with dadtrun --gloo): MPI cannot change the size of its world");
+    }
+    o.elastic_worker_id = env::GetString(env::kElasticWorkerId);
+    if (o.elastic_worker_id.empty()) {
+      return InvalidArgument(std::string(env::kElastic) + "=1 but " + env::kElasticWorkerId +
+                             " is not set; elastic workers are started by dadtrun --min-np");
+    }
+    int64_t elastic_s;
+    DADT_ASSIGN_OR_RETURN(elastic_s,
+                          env::GetInt(env::kElasticTimeout, env::kDefaultElasticTimeoutSeconds));
+    if (elastic_s <= 0) {
+      return InvalidArgument(std::string(env::kElasticTimeout) + " must be > 0 seconds, got " +
+                             std::to_string(elastic_s));
+    }
+    o.elastic_timeout = std::chrono::seconds(elastic_s);
+  }
   if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
     return InvalidArgument("bad job geometry: rank " + std::to_string(o.rank) + " of size " +
                            std::to_string(o.size) + " (DADT_RANK/DADT_SIZE)");

@@ -52,6 +52,14 @@ struct RuntimeOptions : JobGeometry {
   // Which init() of this process this runtime is (0 for the first; the C API counts them). Every
   // rendezvous key the engines use is scoped by it (rendezvous/scoped_store.h).
   int64_t incarnation = 0;
+  // The engines' store scope; "" means IncarnationScope(incarnation). Elastic rounds use
+  // ElasticScope(round) (elastic_membership.h).
+  std::string store_scope;
+  // Elastic mode (DADT_ELASTIC=1): the geometry above comes from the launcher's round, joined
+  // at init with this worker id (DADT_ELASTIC_WORKER_ID) within elastic_timeout.
+  bool elastic = false;
+  std::string elastic_worker_id;
+  std::chrono::milliseconds elastic_timeout{std::chrono::seconds(600)};
 
   // Real-time loop, lanes and transport threads: asked for, and the control plane is the TCP star
   // (MPI's collectives spin while they wait; a real-time thread spinning would starve training).

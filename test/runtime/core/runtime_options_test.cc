@@ -111,6 +111,33 @@ TEST(RuntimeOptionsTest, EnginesComeFromTheEnvironmentAndJunkIsRefused) {
   EXPECT_EQ(mpi->size, 1);
 }
 
+TEST(RuntimeOptionsTest, ElasticWorkersNeedAnIdAndATcpControllerAndReadTheirTimeout) {
+  ScopedEnv elastic("DADT_ELASTIC", "1");
+  {
+    auto options = RuntimeOptions::FromEnv();
+    ASSERT_FALSE(options.ok());
+    EXPECT_NE(options.status().message().find("DADT_ELASTIC_WORKER_ID"), std::string::npos)
+        << options.status().ToString();
+  }
+  ScopedEnv id("DADT_ELASTIC_WORKER_ID", "h1/0/7");
+  ScopedEnv rendezvous("DADT_RENDEZVOUS_ADDR", "127.0.0.1");
+  ScopedEnv controller("DADT_CONTROLLER", "gloo");
+  ScopedEnv timeout("DADT_ELASTIC_TIMEOUT", "42");
+  auto options = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(options.ok()) << options.status().ToString();
+  EXPECT_TRUE(options->elastic);
+  EXPECT_EQ(options->elastic_worker_id, "h1/0/7");
+  EXPECT_EQ(options->elastic_timeout, std::chrono::seconds(42));
+  ExpectRefused("DADT_ELASTIC_TIMEOUT", {"0", "-5", "soon"});
+  {
+    ScopedEnv mpi("DADT_CONTROLLER", "mpi");
+    auto refused = RuntimeOptions::FromEnv();
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("MPI cannot change the size of its world"),
+              std::string::npos) << refused.status().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace core
 }  // namespace dadt

@@ -6,11 +6,12 @@ on ``dadt._core`` and convert its errors into the exception types Horovod users 
 
 import atexit
 import os
+import sys
 import warnings
 from typing import Any, Callable, List, Optional
 
 from dadt.common import slurm
-from dadt.common.exceptions import from_core_error
+from dadt.common.exceptions import WorkerRemovedError, from_core_error
 from dadt.common.util import NOT_INITIALIZED, reset_collective_names
 
 try:
@@ -169,7 +170,11 @@ def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = N
     if not is_initialized():
         for reset in _incarnation_resets:
             reset()
-    call(_core.init, fusion, cycle, -1, backend, mpi_comm)
+    try:
+        call(_core.init, fusion, cycle, -1, backend, mpi_comm)
+    except WorkerRemovedError as e:
+        print("dadt: %s; exiting with status 0" % e.message, file=sys.stderr, flush=True)
+        raise
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:

@@ -12,6 +12,7 @@ ERR_ABORTED = 4
 ERR_TIMEOUT = 5
 ERR_UNIMPLEMENTED = 6
 ERR_INTERNAL = 7
+ERR_REMOVED = 8
 
 
 class DadtInternalError(RuntimeError):
@@ -21,6 +22,20 @@ class DadtInternalError(RuntimeError):
 
 # Horovod's name, for scripts that catch it.
 HorovodInternalError = DadtInternalError
+
+
+class WorkerRemovedError(SystemExit):
+    """Elastic mode: init() found that the launcher removed this worker from the job (its host
+    left the discovery script's list). A SystemExit with code 0, so that a removed worker ends
+    cleanly wherever it is raised (the launcher never counts that exit as the job's end); ``except
+    Exception`` does not catch it."""
+
+    def __init__(self, message: str = "this worker was removed from the job"):
+        super().__init__(0)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class TensorMismatchError(RuntimeError):
@@ -40,6 +55,7 @@ _CODE_TO_TYPE = {
     ERR_TIMEOUT: DadtInternalError,
     ERR_UNIMPLEMENTED: NotImplementedError,
     ERR_INTERNAL: DadtInternalError,
+    ERR_REMOVED: WorkerRemovedError,
 }
 
 

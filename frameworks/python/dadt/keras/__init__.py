@@ -22,6 +22,7 @@ from dadt.common import array_ops as _array_ops  # noqa: E402
 from dadt.common.frontend import export_common as _export_common  # noqa: E402
 from dadt.common.util import Average as _Average  # noqa: E402
 from dadt.keras import callbacks  # noqa: E402
+from dadt.keras import elastic  # noqa: E402  (hvd.elastic.run, KerasState, the callbacks)
 from dadt.keras.callbacks import broadcast_variables  # noqa: E402
 from dadt.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: E402
 
@@ -49,7 +50,8 @@ broadcast_object = _array_ops.broadcast_object
 allgather_object = _array_ops.allgather_object
 
 __all__ = _export_common(globals()) + [
-    "DistributedOptimizer", "PartialDistributedOptimizer", "callbacks", "broadcast_variables",
+    "DistributedOptimizer", "PartialDistributedOptimizer", "callbacks", "elastic",
+    "broadcast_variables",
     "allreduce", "allgather",
     "broadcast", "broadcast_object", "allgather_object",
 ]

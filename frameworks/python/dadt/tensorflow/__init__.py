@@ -54,4 +54,7 @@ def __getattr__(name):
     if name == "SyncBatchNormalization":
         from dadt.tensorflow.sync_batch_norm import SyncBatchNormalization
         return SyncBatchNormalization
+    if name == "elastic":  # hvd.elastic: imports Keras too (its states and callbacks)
+        import importlib
+        return importlib.import_module("dadt.tensorflow.elastic")
     raise AttributeError("module 'dadt.tensorflow' has no attribute %r" % name)

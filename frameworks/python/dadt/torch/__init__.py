@@ -36,6 +36,7 @@ from dadt.torch.async_collectives import (Adasum, Average, Max, Min, Product, Su
                                 synchronize)
 from dadt.torch.optimizer import DistributedOptimizer
 from dadt.torch.sync_batch_norm import SyncBatchNorm
+from dadt.torch import elastic  # hvd.elastic.run, TorchState, ElasticSampler (docs/elastic.md)
 
 __all__ = [
     "start_timeline", "stop_timeline", "set_fusion_params",
@@ -60,4 +61,6 @@ __all__ = [
     "Compression", "DistributedOptimizer", "SyncBatchNorm", "broadcast_parameters",
     "broadcast_optimizer_state",
     "broadcast_object", "allgather_object", "sparse_allreduce_async",
+    # elastic training
+    "elastic",
 ]

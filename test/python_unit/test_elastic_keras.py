@@ -1,0 +1,89 @@
+"""The Keras elastic callbacks and KerasState's save/restore, without a runtime
+(dadt.keras.elastic; docs/elastic.md, "Keras")."""
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+keras = pytest.importorskip("keras")
+
+from dadt.keras import elastic  # noqa: E402
+
+
+class Counter:
+    def __init__(self):
+        self.commits = 0
+        self.epoch = 0
+        self.batch = 0
+
+    def commit(self):
+        self.commits += 1
+
+
+def _batches(cb, n):
+    for b in range(n):
+        cb.on_batch_begin(b)
+        cb.on_batch_end(b)
+
+
+def test_commit_every_n_batches_and_once_per_epoch_after_the_others_callbacks():
+    state = Counter()
+    cb = elastic.CommitStateCallback(state, batches_per_commit=3)
+    cb.on_train_begin()
+    cb.on_epoch_begin(0)
+    _batches(cb, 7)
+    assert state.commits == 2  # at the start of batches 3 and 6
+    cb.on_epoch_end(0)
+    assert state.commits == 2  # not yet: the epoch callbacks after this one have not run
+    cb.on_epoch_begin(1)
+    assert state.commits == 3
+    cb.on_train_begin()  # after a reset the count starts again, on every rank alike
+    _batches(cb, 3)
+    assert state.commits == 3
+    cb.on_train_end()
+    assert state.commits == 4
+    with pytest.raises(ValueError, match="batches_per_commit"):
+        elastic.CommitStateCallback(state, batches_per_commit=0)
+
+
+def test_epoch_and_batch_state_follow_fit_across_a_reset():
+    state = Counter()
+    epochs, batches = elastic.UpdateEpochStateCallback(state), elastic.UpdateBatchStateCallback(state)
+    batches.set_params({"steps": 10, "epochs": 5})
+    epochs.on_train_begin()
+    batches.on_train_begin()
+    batches.on_epoch_begin(0)
+    batches.on_batch_end(9)
+    batches.on_epoch_end(0)
+    epochs.on_epoch_end(0)
+    batches.on_epoch_begin(1)
+    for b in range(4):
+        batches.on_batch_end(b)
+    assert (state.epoch, state.batch) == (1, 4)
+    # reset: fit starts again (Keras counts epochs from 0); 4 batches were done, 6 remain
+    epochs.on_train_begin()
+    batches.on_train_begin()
+    batches.set_params({"steps": 10, "epochs": 4})
+    batches.on_epoch_begin(0)
+    assert batches.params["steps"] == 6
+    batches.on_batch_end(0)
+    assert state.batch == 5  # counted with the 4 done before the reset
+    batches.on_epoch_end(0)
+    epochs.on_epoch_end(0)
+    assert (state.epoch, state.batch) == (2, 0)
+
+
+def test_keras_state_restores_weights_optimizer_and_objects():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse")
+    state = elastic.KerasState(model, epoch=4)
+    saved = [w.copy() for w in model.get_weights()]
+    model.fit(np.ones((8, 3)), np.ones((8, 2)), epochs=1, verbose=0)
+    state.epoch = 9
+    assert any(not np.array_equal(a, b) for a, b in zip(saved, model.get_weights()))
+    state.restore()
+    assert all(np.array_equal(a, b) for a, b in zip(saved, model.get_weights()))
+    assert state.epoch == 4
+    assert all(not np.any(keras.ops.convert_to_numpy(v.value)) for v in model.optimizer.variables
+               if "momentum" in v.path)
