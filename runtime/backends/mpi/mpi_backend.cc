@@ -35,23 +35,17 @@ bool Overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
 StatusOr<std::unique_ptr<Backend>> MpiBackend::Create(const BackendOptions& options) {
   auto level = EnsureInitialized();
   if (!level.ok()) return level.status();
-  auto comm = DupComm(options.native_comm, "mpi backend");
+  // The job's data-plane communicator (or its split for a sub-group, which store_prefix names),
+  // created by the first incarnation and kept for the later ones (mpi_env.h, JobComm).
+  auto comm = options.group_color >= 0
+                  ? JobSubComm(options.native_comm, "backend", options.store_prefix,
+                               options.group_color)
+                  : JobComm(options.native_comm, "backend");
   if (!comm.ok()) return comm.status();
-  if (options.group_color >= 0) {  // a sub-group: split the job's communicator
-    MPI_Comm group = MPI_COMM_NULL;
-    Status s = DADT_MPI_STATUS("split", MPI_Comm_split(*comm, options.group_color, options.rank,
-                                                       &group));
-    if (s.ok()) s = DADT_MPI_STATUS("set_errhandler",
-                                    MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN));
-    MPI_Comm_free(&*comm);
-    if (!s.ok()) return s;
-    *comm = group;
-  }
   int rank = -1, size = 0;
   MPI_Comm_rank(*comm, &rank);
   MPI_Comm_size(*comm, &size);
   if (rank != options.rank || size != options.size) {
-    MPI_Comm_free(&*comm);
     return PreconditionFailed(
         "the mpi executor needs a job launched by mpirun (dadtrun --mpi, or mpirun itself): this "
         "process is rank " + std::to_string(options.rank) + " of " + std::to_string(options.size) +
@@ -61,9 +55,8 @@ StatusOr<std::unique_ptr<Backend>> MpiBackend::Create(const BackendOptions& opti
   return std::unique_ptr<Backend>(new MpiBackend(*comm, rank, size));
 }
 
-MpiBackend::~MpiBackend() {
-  if (comm_ != MPI_COMM_NULL && IsInitialized()) MPI_Comm_free(&comm_);
-}
+// comm_ is the job's (JobComm): kept for the next incarnation, freed with the job communicator.
+MpiBackend::~MpiBackend() = default;
 
 Status MpiBackend::CheckUsable() const {
   if (broken_.ok()) return Status::OK();

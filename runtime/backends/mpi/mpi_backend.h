@@ -3,7 +3,8 @@
 // Created through BackendRegistry::Create("mpi", options); nothing outside this folder includes
 // this header. The job's communicator is options.native_comm (0: MPI_COMM_WORLD; init(comm=...)
 // passes a user communicator), duplicated so that dadt's collectives never match the user's own
-// MPI traffic. Each collective is the MPI collective of the same name, so the algorithm is the
+// MPI traffic; the duplicate is made by the first incarnation and reused by the later ones
+// (mpi_env.h, JobComm). Each collective is the MPI collective of the same name, so the algorithm is the
 // one the MPI library picks for the size and the fabric (Open MPI's tuned component: recursive
 // doubling for small allreduces, ring / Rabenseifner for large ones; shared memory on one node):
 //

@@ -33,13 +33,11 @@ StatusOr<std::unique_ptr<ControlTransport>> MpiControlTransport::Create(
     const ControlTransportOptions& options) {
   auto level = EnsureInitialized();
   if (!level.ok()) return level.status();
-  auto comm = DupComm(options.native_comm, "controller");
+  // The job's controller communicator and geometry, kept from the first incarnation on.
+  auto comm = JobComm(options.native_comm, "controller");
   if (!comm.ok()) return comm.status();
-  auto geometry = Geometry(*comm);
-  if (!geometry.ok()) {
-    MPI_Comm_free(&*comm);
-    return geometry.status();
-  }
+  auto geometry = JobGeometryOf(options.native_comm);
+  if (!geometry.ok()) return geometry.status();
   return std::unique_ptr<ControlTransport>(
       new MpiControlTransport(*comm, *geometry, *level, options.timeout));
 }
@@ -62,21 +60,34 @@ void MpiControlTransport::Close() {
   for (size_t i = 0; i < peers.size(); ++i) {
     MPI_Isend(&kNothing, 0, MPI_BYTE, peers[i], kByeTag, comm_, &byes[i]);
   }
+  // Each peer is read only up to its bye: what it sends after that is its next incarnation's (it
+  // may already have started it), which stays queued for the next transport on this communicator.
+  std::vector<bool> said(peers.size(), false);
   size_t said_bye = 0;
   while (said_bye < peers.size() && std::chrono::steady_clock::now() < deadline) {
-    int flag = 0;
-    MPI_Status status;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, &status) != MPI_SUCCESS) break;
-    if (!flag) {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-      continue;
+    bool got_any = false;
+    for (size_t i = 0; i < peers.size(); ++i) {
+      if (said[i]) continue;
+      int flag = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(peers[i], MPI_ANY_TAG, comm_, &flag, &status) != MPI_SUCCESS) {
+        said_bye = peers.size();  // a broken communicator: give up draining
+        break;
+      }
+      if (!flag) continue;
+      got_any = true;
+      int bytes = 0;
+      MPI_Get_count(&status, MPI_BYTE, &bytes);
+      std::string dropped(static_cast<size_t>(bytes), '\0');
+      MPI_Recv(&dropped[0], bytes, MPI_BYTE, peers[i], status.MPI_TAG, comm_, MPI_STATUS_IGNORE);
+      if (status.MPI_TAG == kByeTag) {
+        said[i] = true;
+        ++said_bye;
+      }
     }
-    int bytes = 0;
-    MPI_Get_count(&status, MPI_BYTE, &bytes);
-    std::string dropped(static_cast<size_t>(bytes), '\0');
-    MPI_Recv(&dropped[0], bytes, MPI_BYTE, status.MPI_SOURCE, status.MPI_TAG, comm_,
-             MPI_STATUS_IGNORE);
-    if (status.MPI_TAG == kByeTag) ++said_bye;
+    if (!got_any && said_bye < peers.size()) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
   }
   // Our own sends: every peer that said bye has taken them (it read up to our bye); one that did
   // not within the timeout gets them cancelled rather than a hang at exit.
@@ -90,7 +101,7 @@ void MpiControlTransport::Close() {
     MPI_Request_free(&p.request);
   }
   pending_.clear();
-  MPI_Comm_free(&comm_);
+  // comm_ is the job's (JobComm): kept for the next incarnation, freed with the job communicator.
 }
 
 Status MpiControlTransport::Send(int dest, std::shared_ptr<const std::string> payload) {

@@ -20,19 +20,24 @@
 // 15 ms late). The loop thread asks for 1 us timer slack (runtime.cc), so these sleeps are not
 // stretched by the kernel's default 50 us.
 //
-// Closing (init, shutdown, init in one process): when the loop ends, a worker may have sent a
-// request list (its own shutdown, say) that the coordinator, already shut down by another rank,
-// will never read. Open MPI gives a freed communicator's context id to a later one and delivers
-// such a message there, where it would read as the next incarnation's and upset the new
-// communicator's message order. So Close ends the traffic first, as a barrier would, but only
-// between the pairs that talk: each rank sends an empty "bye" to each of its peers (the
-// coordinator to every worker, a worker to the coordinator) after everything else, then reads and
-// drops what arrives until every peer's bye is in. MPI keeps messages from one sender in order,
-// so nothing is in flight on the communicator when it is freed. It costs one message each way,
-// at a moment when every rank's loop is ending (the coordinator's shutdown list ends them all).
+// Closing (init, shutdown, init in one process): the communicator is the job's, created once per
+// process and kept for every later incarnation (mpi_env.h, JobComm), since creating one per init()
+// cost up to a few hundred milliseconds with more ranks than cores. When the loop ends, a worker
+// may have sent a request list (its own shutdown, say) that the coordinator, already shut down by
+// another rank, will never read; on a kept communicator the next incarnation's coordinator would
+// read it as its own. So Close ends the traffic first, as a barrier would, but only between the
+// pairs that talk: each rank sends an empty "bye" to each of its peers (the coordinator to every
+// worker, a worker to the coordinator) after everything else, then reads and drops what each peer
+// sent until that peer's bye is in, and nothing after it: MPI keeps messages from one sender in
+// order, so what follows a bye is the peer's next incarnation (a worker that got the
+// coordinator's bye may start its next init() while the coordinator still awaits another
+// worker's), left queued for the next transport. It costs one message each way, at a moment when
+// every rank's loop is ending (the coordinator's shutdown list ends them all). A peer that never
+// says bye within the timeout is a job that is already broken (a dead or stuck rank).
 //
-// Geometry comes from MPI (mpi_env.h): rank and size in the communicator, local ranks from
-// MPI_Comm_split_type(SHARED), cross ranks from a split by local rank.
+// Geometry comes from MPI (mpi_env.h, found once per job communicator): rank and size in the
+// communicator, local ranks from MPI_Comm_split_type(SHARED), cross ranks from a split by local
+// rank.
 // Threading: the loop thread only, after Create (which runs on the initialising thread).
 #pragma once
 
@@ -64,8 +69,8 @@ class MpiControlTransport final : public ControlTransport {
   Status ReadAvailable(std::vector<std::pair<int, std::string>>* out) override;
   int closed_rank() const override { return -1; }
   bool multi_threaded() const override { return thread_level_ == MPI_THREAD_MULTIPLE; }
-  // The bye exchange above, then the communicator is freed. Also run by the destructor when the
-  // loop never ran.
+  // The bye exchange above; the communicator is kept for the next incarnation. Also run by the
+  // destructor when the loop never ran.
   void Close() override;
 
  private:

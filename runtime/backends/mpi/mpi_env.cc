@@ -1,8 +1,10 @@
 #include "runtime/backends/mpi/mpi_env.h"
 
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "runtime/backends/mpi/mpi_error.h"
 
@@ -12,6 +14,73 @@ namespace mpi {
 namespace {
 
 std::mutex g_init_mu;
+
+// What JobComm keeps on a job communicator (an MPI attribute's value).
+struct CommCache {
+  // (purpose, -1): a duplicate; (purpose + " " + group, color): a split of one.
+  std::map<std::pair<std::string, int>, MPI_Comm> comms;
+  bool has_geometry = false;
+  JobGeometry geometry;
+};
+
+std::mutex g_cache_mu;  // guards g_cache_key and every CommCache
+int g_cache_key = MPI_KEYVAL_INVALID;
+
+// Runs when the job communicator is freed (or, for MPI_COMM_WORLD, possibly inside MPI_Finalize,
+// where freeing communicators is not allowed and MPI releases everything itself).
+int DeleteCommCache(MPI_Comm comm, int /*key*/, void* value, void* /*extra*/) {
+  auto* cache = static_cast<CommCache*>(value);
+  if (comm != MPI_COMM_WORLD) {
+    for (auto& entry : cache->comms) MPI_Comm_free(&entry.second);
+  }
+  delete cache;
+  return MPI_SUCCESS;
+}
+
+MPI_Comm BaseComm(uintptr_t native_comm) {
+  return native_comm == 0 ? MPI_COMM_WORLD : reinterpret_cast<MPI_Comm>(native_comm);
+}
+
+Status NotAMember(const std::string& purpose) {
+  return InvalidArgument("the communicator given for the " + purpose +
+                         " is MPI_COMM_NULL (this process is not a member)");
+}
+
+// The cache on `base`, attached on first use. Caller holds g_cache_mu.
+StatusOr<CommCache*> CacheOf(MPI_Comm base) {
+  if (g_cache_key == MPI_KEYVAL_INVALID) {
+    DADT_MPI_CHECK("create_keyval", MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN,
+                                                           &DeleteCommCache, &g_cache_key,
+                                                           nullptr));
+  }
+  void* value = nullptr;
+  int found = 0;
+  DADT_MPI_CHECK("get_attr", MPI_Comm_get_attr(base, g_cache_key, &value, &found));
+  if (found) return static_cast<CommCache*>(value);
+  auto* cache = new CommCache;
+  Status s = DADT_MPI_STATUS("set_attr", MPI_Comm_set_attr(base, g_cache_key, cache));
+  if (!s.ok()) {
+    delete cache;
+    return s;
+  }
+  return cache;
+}
+
+// JobComm's body; caller holds g_cache_mu.
+StatusOr<MPI_Comm> JobCommLocked(uintptr_t native_comm, const std::string& purpose,
+                                 CommCache** cache_out) {
+  const MPI_Comm base = BaseComm(native_comm);
+  if (base == MPI_COMM_NULL) return NotAMember(purpose);
+  CommCache* cache = nullptr;
+  DADT_ASSIGN_OR_RETURN(cache, CacheOf(base));
+  if (cache_out != nullptr) *cache_out = cache;
+  auto it = cache->comms.find({purpose, -1});
+  if (it != cache->comms.end()) return it->second;
+  MPI_Comm dup = MPI_COMM_NULL;
+  DADT_ASSIGN_OR_RETURN(dup, DupComm(native_comm, purpose.c_str()));
+  cache->comms[{purpose, -1}] = dup;
+  return dup;
+}
 
 void FinalizeAtExit() {
   int finalized = 0;
@@ -62,15 +131,51 @@ StatusOr<int> EnsureInitialized() {
 }
 
 StatusOr<MPI_Comm> DupComm(uintptr_t native_comm, const char* purpose) {
-  MPI_Comm base = native_comm == 0 ? MPI_COMM_WORLD : reinterpret_cast<MPI_Comm>(native_comm);
-  if (base == MPI_COMM_NULL) {
-    return InvalidArgument(std::string("the communicator given for the ") + purpose +
-                           " is MPI_COMM_NULL (this process is not a member)");
-  }
+  const MPI_Comm base = BaseComm(native_comm);
+  if (base == MPI_COMM_NULL) return NotAMember(purpose);
   MPI_Comm dup = MPI_COMM_NULL;
   DADT_MPI_CHECK(purpose, MPI_Comm_dup(base, &dup));
   DADT_MPI_CHECK(purpose, MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN));
   return dup;
+}
+
+StatusOr<MPI_Comm> JobComm(uintptr_t native_comm, const std::string& purpose) {
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  return JobCommLocked(native_comm, purpose, nullptr);
+}
+
+StatusOr<MPI_Comm> JobSubComm(uintptr_t native_comm, const std::string& purpose,
+                              const std::string& group_name, int color) {
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  CommCache* cache = nullptr;
+  MPI_Comm parent = MPI_COMM_NULL;
+  DADT_ASSIGN_OR_RETURN(parent, JobCommLocked(native_comm, purpose, &cache));
+  const std::pair<std::string, int> key{purpose + " " + group_name, color};
+  auto it = cache->comms.find(key);
+  if (it != cache->comms.end()) return it->second;
+  int rank = 0;
+  DADT_MPI_CHECK("comm_rank", MPI_Comm_rank(parent, &rank));
+  MPI_Comm group = MPI_COMM_NULL;
+  DADT_MPI_CHECK("split", MPI_Comm_split(parent, color, rank, &group));
+  Status s = DADT_MPI_STATUS("set_errhandler", MPI_Comm_set_errhandler(group, MPI_ERRORS_RETURN));
+  if (!s.ok()) {
+    MPI_Comm_free(&group);
+    return s;
+  }
+  cache->comms[key] = group;
+  return group;
+}
+
+StatusOr<JobGeometry> JobGeometryOf(uintptr_t native_comm) {
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  CommCache* cache = nullptr;
+  MPI_Comm comm = MPI_COMM_NULL;
+  DADT_ASSIGN_OR_RETURN(comm, JobCommLocked(native_comm, "controller", &cache));
+  if (!cache->has_geometry) {
+    DADT_ASSIGN_OR_RETURN(cache->geometry, Geometry(comm));
+    cache->has_geometry = true;
+  }
+  return cache->geometry;
 }
 
 StatusOr<JobGeometry> Geometry(MPI_Comm comm) {

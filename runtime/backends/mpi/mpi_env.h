@@ -10,13 +10,26 @@
 // calls of its own at the same time.
 //
 //   DADT_ASSIGN_OR_RETURN... auto level = mpi::EnsureInitialized();
-//   auto comm = mpi::DupComm(native_comm, "controller");   // private MPI_ERRORS_RETURN copy
-//   JobGeometry g = *mpi::Geometry(*comm);
+//   auto comm = mpi::JobComm(native_comm, "controller");   // private MPI_ERRORS_RETURN copy
+//   JobGeometry g = *mpi::JobGeometryOf(native_comm);
+//
+// Communicators per process, not per incarnation: creating one is a collective over the job
+// (agreeing on a context id), and with more busy-polling ranks than cores Open MPI took 68-316 ms
+// per MPI_Comm_dup/split (docs/performance.md, "Lifecycle"), which made init()/shutdown() cycles
+// slow. So JobComm creates each of dadt's private communicators once per job communicator and
+// keeps it, cached on that communicator as an MPI attribute (the way libraries keep an inner
+// communicator per user communicator): every later incarnation reuses it, and it is freed when
+// the user frees the job communicator (MPI_COMM_WORLD's live until MPI_Finalize). Reuse is safe
+// because nothing of an incarnation is left on them when it ends: every collective the data plane
+// starts completes on every rank before the loop ends, and the controller's Close drains its
+// traffic pair by pair (mpi_control_transport.h, "Closing"). Every rank asks for the same
+// communicators in the same order, the first time collectively (as MPI requires), later locally.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
+#include <string>
 
 #include "runtime/common/status.h"
 #include "runtime/common/types.h"
@@ -36,6 +49,20 @@ bool IsInitialized();
 // (e.g. from mpi4py's MPI._handleof(comm)). Returns a private duplicate with MPI_ERRORS_RETURN,
 // so that dadt's traffic never matches the user's messages; the caller frees it.
 StatusOr<MPI_Comm> DupComm(uintptr_t native_comm, const char* purpose);
+
+// dadt's private duplicate of the job communicator behind `native_comm` (as DupComm) for
+// `purpose`, created on the first call for that communicator and purpose and returned by every
+// later one (see above). The caller must not free it. Collective on the first call only.
+StatusOr<MPI_Comm> JobComm(uintptr_t native_comm, const std::string& purpose);
+
+// JobComm(native_comm, purpose) split by `color` (MPI_Comm_split, key = rank in it), for the
+// sub-group of the job that `group` names on this rank (e.g. "local/0/"); cached the same way
+// under (purpose, group, color). Every rank asks for its groups of a split at the same point.
+StatusOr<MPI_Comm> JobSubComm(uintptr_t native_comm, const std::string& purpose,
+                              const std::string& group, int color);
+
+// Geometry(JobComm(native_comm, "controller")), computed once per job communicator.
+StatusOr<JobGeometry> JobGeometryOf(uintptr_t native_comm);
 
 // rank/size in `comm`; local = the ranks sharing this node's memory (MPI_Comm_split_type
 // SHARED); cross = the ranks with the same local rank on every node.
