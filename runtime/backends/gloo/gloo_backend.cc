@@ -19,6 +19,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "runtime/backends/gloo/gloo_error.h"
+#include "runtime/backends/gloo/loop_ticker.h"
 #include "runtime/backends/gloo/peer_watchdog.h"
 #include "runtime/backends/gloo/ring.h"
 #include "runtime/backends/gloo/shm_allreduce.h"
@@ -105,6 +106,22 @@ std::shared_ptr<::gloo::transport::Device> CreateDevice(
   return device;
 }
 
+// The context, released through the ticker (loop_ticker.h): whoever drops the last reference (the
+// backend, a fork, the watchdog) tears the pairs and the device down without waiting on the
+// transport loop's timer.
+std::shared_ptr<::gloo::Context> WithQuickTeardown(std::shared_ptr<::gloo::Context> context,
+                                                   std::unique_ptr<internal::LoopTicker> ticker) {
+  if (!ticker) return context;
+  std::shared_ptr<internal::LoopTicker> shared_ticker(std::move(ticker));
+  ::gloo::Context* raw = context.get();
+  return std::shared_ptr<::gloo::Context>(
+      raw, [context, shared_ticker](::gloo::Context*) mutable {
+        shared_ticker->Start();
+        context.reset();        // the pairs, then (last reference) the device and its loop
+        shared_ticker.reset();  // the device is gone: just closes the eventfd
+      });
+}
+
 [[maybe_unused]] const bool kRegistered = BackendRegistry::Register("gloo", &GlooBackend::Create);
 
 }  // namespace
@@ -124,9 +141,11 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
   }
   IgnoreSigpipeUnlessHandled();
   std::shared_ptr<::gloo::rendezvous::Context> context;
+  std::unique_ptr<internal::LoopTicker> ticker;
   auto registry = std::make_shared<internal::BufferRegistry>();
   Status s = DADT_GLOO_STATUS("connect", {
     auto device = CreateDevice(options, registry);
+    if (!options.realtime_threads) ticker = internal::LoopTicker::Attach(device);
     context = std::make_shared<::gloo::rendezvous::Context>(options.rank, options.size);
     // Connecting is bounded by the start timeout; collectives by the operation timeout.
     const auto connect_timeout =
@@ -137,12 +156,13 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
     context->setTimeout(options.timeout);
   });
   if (!s.ok()) {
+    WithQuickTeardown(std::move(context), std::move(ticker));  // released at once
     return Status(s.code(), s.message() + " [rank " + std::to_string(options.rank) + " of " +
                                 std::to_string(options.size) + ", store prefix '" +
                                 options.store_prefix + "']");
   }
-  std::unique_ptr<GlooBackend> backend(
-      new GlooBackend(options, std::move(context), std::move(registry)));
+  std::unique_ptr<GlooBackend> backend(new GlooBackend(
+      options, WithQuickTeardown(std::move(context), std::move(ticker)), std::move(registry)));
   if (options.local_size == options.size) {  // even when disabled here: the ranks must agree
     DADT_RETURN_IF_ERROR(backend->SetUpSharedMemory(options));
   }
