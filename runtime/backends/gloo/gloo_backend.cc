@@ -152,7 +152,10 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
         options.connect_timeout.count() > 0 ? options.connect_timeout : options.timeout;
     context->setTimeout(connect_timeout);
     StoreAdapter store(options.store, options.store_prefix, connect_timeout);
+    // Connecting waits on the transport loop too (loop_ticker.h): keep it turning meanwhile.
+    if (ticker) ticker->Start();
     context->connectFullMesh(store, device);
+    if (ticker) ticker->Stop();
     context->setTimeout(options.timeout);
   });
   if (!s.ok()) {

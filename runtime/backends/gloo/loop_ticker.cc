@@ -47,6 +47,13 @@ void LoopTicker::handleEvents(int /*events*/) {
   std::this_thread::sleep_for(kNap);
 }
 
+void LoopTicker::Stop() {
+  if (!started_) return;
+  started_ = false;
+  uint64_t count = 0;
+  (void)!read(fd_, &count, sizeof(count));  // resets the counter: no longer readable
+}
+
 LoopTicker::~LoopTicker() {
   Start();  // so that unregistering below does not wait on the timer either
   if (auto device = device_.lock()) {

@@ -1,21 +1,25 @@
 // LoopTicker: lets a Gloo TCP context be torn down without waiting on the transport loop's
 // 10 ms timer.
 //
-// Why: Gloo 0.5's TCP device runs an epoll loop that wakes on I/O or every 10 ms. Closing a pair
-// unregisters its socket and then waits for the loop to turn once (so that its handler is never
+// Why: Gloo 0.5's TCP device runs an epoll loop that wakes on I/O or every 10 ms. Unregistering a
+// socket from any other thread waits for the loop to turn once (so that its handler is never
 // called again), and destroying the device stops the loop only when it next turns. With no
-// traffic at shutdown each of those waits for the timer: about 10 ms per pair plus 10 ms for the
-// device, 28 ms of every shutdown() at 3 ranks (docs/performance.md, "Lifecycle").
+// traffic each of those waits for the timer. Closing a pair unregisters its socket: about 10 ms
+// per pair plus 10 ms for the device, 28 ms of every shutdown() at 3 ranks; and connecting a pair
+// from the dialling side first unregisters and closes the pair's own listening socket: 10 ms per
+// pair, 20 of the 22 ms of an init() at 3 ranks (docs/performance.md, "Lifecycle").
 //
 // How: the ticker registers an eventfd with the device's loop as one more handler. Start() makes
 // it readable and its handler leaves it so; the loop, level-triggered, then turns again after
 // each short nap of the handler (50 us), so every wait above ends within about a tenth of a
 // millisecond. The nap matters with more ranks than cores: a loop turning without pause took the
 // core from the very thread that was tearing down (7-9 ms teardowns at 3 ranks on 2 cores,
-// against about 1 ms with the nap). The ticker is started just before the context is released
-// and lives until the device is gone, so the turning lasts only as long as the teardown.
+// against about 1 ms with the nap). The backend runs it while it connects the full mesh (then
+// stops it) and from just before the context is released until the device is gone, so the
+// turning lasts only as long as those two moments; in between, the loop is Gloo's own.
 //
 //   auto ticker = LoopTicker::Attach(device);   // right after creating the device
+//   ticker->Start(); context->connectFullMesh(store, device); ticker->Stop();
 //   ...                                         // the context's life
 //   ticker->Start(); context.reset(); ticker.reset();
 //
@@ -48,11 +52,12 @@ class LoopTicker final : public ::gloo::transport::tcp::Handler {
   LoopTicker(const LoopTicker&) = delete;
   LoopTicker& operator=(const LoopTicker&) = delete;
 
-  // From now on the loop turns without waiting.
+  // From now on the loop turns without waiting; Stop() lets it wait on I/O and its timer again.
   void Start();
+  void Stop();
   // Leaves the eventfd readable (see above) and naps briefly (kNap).
   void handleEvents(int /*events*/) override;
-  // How many times the loop has called handleEvents (for tests: 0 until Start).
+  // How many times the loop has called handleEvents (for tests: 0 until the first Start).
   int64_t turns() const { return turns_.load(); }
 
  private:

@@ -21,6 +21,17 @@ namespace {
 // long a rank hangs if dadtrun is wedged.
 constexpr std::chrono::seconds kIoTimeout(60);
 
+// Get's polling: every kQuickPoll for the first kQuickWindow, since the ranks of a job usually
+// publish their keys within a few milliseconds of each other (at init, and again at every
+// re-init); then a backoff from 1 ms doubling to kSlowPoll, so that a rank waiting on a late peer
+// costs the server only a request every 20 ms. With the backoff alone, a key that appeared just
+// after a poll was seen up to 20 ms late: a Gloo init()/shutdown() cycle at 3 ranks took 4.8 ms
+// at the median and 10.6 ms at the 95th percentile, against 4.1 and 6.3-8.2 ms with the quick
+// window (lifecycle_bench.py, same machine, alternating).
+constexpr std::chrono::microseconds kQuickPoll(250);
+constexpr std::chrono::milliseconds kQuickWindow(50);
+constexpr std::chrono::milliseconds kSlowPoll(20);
+
 }  // namespace
 
 StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
@@ -102,8 +113,9 @@ Status RendezvousClient::Set(const std::string& key, const std::string& value) {
 
 StatusOr<std::string> RendezvousClient::Get(const std::string& key,
                                             std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  auto backoff = std::chrono::milliseconds(1);
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  Clock::duration backoff = std::chrono::milliseconds(1);
   for (;;) {
     StatusOr<Response> r = Call(Op::kGet, key, "");
     if (!r.ok()) return r.status();
@@ -113,8 +125,12 @@ StatusOr<std::string> RendezvousClient::Get(const std::string& key,
       return TimeoutError("timed out after " + std::to_string(timeout.count()) +
                           " ms waiting for rendezvous key '" + key + "' at " + endpoint_);
     }
-    std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(20));
+    Clock::duration pause = kQuickPoll;
+    if (now - start >= kQuickWindow) {
+      pause = backoff;
+      backoff = std::min<Clock::duration>(backoff * 2, kSlowPoll);
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
   }
 }
 

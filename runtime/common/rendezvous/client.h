@@ -39,7 +39,8 @@ class RendezvousClient : public KeyValueStore {
   RendezvousClient& operator=(const RendezvousClient&) = delete;
 
   Status Set(const std::string& key, const std::string& value) override;
-  // Polls (backoff 1 ms doubling to 20 ms) until `key` exists; TimeoutError names the key.
+  // Polls until `key` exists (every 250 us for the first 50 ms, then backing off from 1 ms to
+  // 20 ms); TimeoutError names the key.
   StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override;
   // Adds `delta` to the decimal counter at `key` (absent = 0) and returns the new value.
   StatusOr<int64_t> Add(const std::string& key, int64_t delta);

@@ -1,7 +1,7 @@
 // LoopTicker (runtime/backends/gloo/loop_ticker.h): idle until started, so a live context's
-// traffic never calls it; once started it turns the transport loop on its own; and tearing a
-// connected pair of contexts down through it, or dropping it while its device lives on, leaves no
-// descriptor or thread behind.
+// traffic never calls it; once started it turns the transport loop on its own, until stopped;
+// and tearing a connected pair of contexts down through it, or dropping it while its device lives
+// on, leaves no descriptor or thread behind.
 #include "runtime/backends/gloo/loop_ticker.h"
 
 #include <dirent.h>
@@ -99,10 +99,18 @@ TEST(LoopTickerTest, IdleUntilStartedThenTurnsTheLoopAndTeardownLeavesNothingBeh
     EXPECT_EQ(self.ticker->turns(), 0);
     EXPECT_EQ(other.ticker->turns(), 0);
 
-    // Started, the ticker makes the loop turn with no traffic at all.
+    // Started, the ticker makes the loop turn with no traffic at all; stopped, it is idle again
+    // (at most a turn already under way completes), and it can be started again.
     self.ticker->Start();
     EXPECT_TRUE(Eventually([&] { return self.ticker->turns() > 3; })) << self.ticker->turns();
     EXPECT_EQ(other.ticker->turns(), 0);
+    self.ticker->Stop();
+    std::this_thread::sleep_for(milliseconds(5));
+    const int64_t stopped_at = self.ticker->turns();
+    std::this_thread::sleep_for(milliseconds(30));  // three of the loop's own 10 ms turns
+    EXPECT_EQ(self.ticker->turns(), stopped_at);
+    self.ticker->Start();
+    EXPECT_TRUE(Eventually([&] { return self.ticker->turns() > stopped_at; }));
 
     // The teardown the backend does: started ticker, context (pairs, device, loop), ticker.
     send.reset();
