@@ -51,18 +51,25 @@ import dadt.torch as dadt
 
 world = MPI.COMM_WORLD
 color = world.Get_rank() % 2
-if sys.argv[1] == "comm":
-    dadt.init(comm=world.Split(color, world.Get_rank()))
-else:  # a list of world ranks, as Horovod accepts
-    dadt.init(comm=[r for r in range(world.Get_size()) if r % 2 == color])
-# Each job sums its own members' world ranks: the two jobs must not mix.
-out = dadt.allreduce(torch.tensor([float(world.Get_rank()), 1.0]), op=dadt.Sum, name="who")
-gathered = dadt.allgather(torch.tensor([world.Get_rank()]), name="members")
-# One write per line: with PYTHONUNBUFFERED, print() of several arguments writes each separately.
-print(f"world {world.Get_rank()} color {color} rank {dadt.rank()} size {dadt.size()} "
-      f"sum {int(out[0])} count {int(out[1])} members {gathered.tolist()} backend {dadt.mpi_enabled()}",
-      flush=True)
-dadt.shutdown()
+sub = world.Split(color, world.Get_rank())
+members = [r for r in range(world.Get_size()) if r % 2 == color]
+# Three incarnations on the same communicator (or list): the later ones reuse the communicators
+# dadt keeps on it, and the two jobs' re-inits must not mix either.
+for cycle in range(3):
+    dadt.init(comm=sub if sys.argv[1] == "comm" else members)  # a list, as Horovod accepts
+    # Each job sums its own members' world ranks: the two jobs must not mix.
+    out = dadt.allreduce(torch.tensor([float(world.Get_rank()), 1.0]), op=dadt.Sum, name="who")
+    gathered = dadt.allgather(torch.tensor([world.Get_rank()]), name="members")
+    if cycle == 2:
+        # One write per line: with PYTHONUNBUFFERED, print() of several arguments writes each
+        # separately.
+        print(f"world {world.Get_rank()} color {color} rank {dadt.rank()} size {dadt.size()} "
+              f"sum {int(out[0])} count {int(out[1])} members {gathered.tolist()} "
+              f"backend {dadt.mpi_enabled()}", flush=True)
+    else:
+        assert int(out[0]) == sum(members) and gathered.tolist() == members, (cycle, out, gathered)
+    dadt.shutdown()
+sub.Free()  # frees dadt's communicators on it too (their attribute's delete callback)
 """
 
 

@@ -8,7 +8,7 @@ import atexit
 import os
 import sys
 import warnings
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dadt.common import slurm
 from dadt.common.exceptions import WorkerRemovedError, from_core_error
@@ -22,8 +22,8 @@ except ImportError as e:  # pragma: no cover - depends on the build
         "bazel-bin/frameworks/bindings/_core.so to frameworks/python/dadt/_core.so "
         "(or install dadt with pip): %s" % e) from e
 
-# Kept alive while the runtime uses them: communicators init() created from a list of ranks.
-_owned_comms: List[Any] = []
+# Communicators init() created from a list of ranks, by the list (tuple of world ranks).
+_owned_comms: Dict[Tuple[int, ...], Any] = {}
 # What every init() that starts a new runtime runs first (on_new_incarnation).
 _incarnation_resets: List[Callable[[], None]] = [reset_collective_names]
 
@@ -102,10 +102,15 @@ def _mpi_comm_handle(comm) -> int:
         if world.Get_rank() not in ranks:
             raise ValueError("init(comm=%r): this process (world rank %d) is not in the list"
                              % (ranks, world.Get_rank()))
-        group = world.Get_group().Incl(ranks)
-        comm = world.Create_group(group)
-        group.Free()
-        _owned_comms.append(comm)
+        # One communicator per list, kept for the process: a later init() with the same list
+        # reuses it, and with it the communicators the runtime keeps on it (runtime/backends/
+        # mpi/mpi_env.h), instead of creating new ones every time.
+        comm = _owned_comms.get(tuple(ranks))
+        if comm is None:
+            group = world.Get_group().Incl(ranks)
+            comm = world.Create_group(group)
+            group.Free()
+            _owned_comms[tuple(ranks)] = comm
     if not isinstance(comm, MPI.Comm):
         raise ValueError("init(comm=...) takes an mpi4py communicator (mpi4py.MPI.Comm) or a list "
                          "of ranks, got %s" % type(comm).__name__)
