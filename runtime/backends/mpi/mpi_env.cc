@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -23,17 +24,35 @@ struct CommCache {
   JobGeometry geometry;
 };
 
-std::mutex g_cache_mu;  // guards g_cache_key and every CommCache
+std::mutex g_cache_mu;  // guards g_cache_key, g_finalize_key and every CommCache
 int g_cache_key = MPI_KEYVAL_INVALID;
+int g_finalize_key = MPI_KEYVAL_INVALID;  // MPI_COMM_SELF's: runs first in MPI_Finalize
 
-// Runs when the job communicator is freed (or, for MPI_COMM_WORLD, possibly inside MPI_Finalize,
-// where freeing communicators is not allowed and MPI releases everything itself).
+std::mutex g_bases_mu;           // guards g_bases (not g_cache_mu: MPI calls the callbacks)
+std::set<MPI_Comm> g_bases;      // the communicators that hold a cache
+
+// Runs when the job communicator is freed, or from FreeAllAtFinalize.
 int DeleteCommCache(MPI_Comm comm, int /*key*/, void* value, void* /*extra*/) {
   auto* cache = static_cast<CommCache*>(value);
-  if (comm != MPI_COMM_WORLD) {
-    for (auto& entry : cache->comms) MPI_Comm_free(&entry.second);
-  }
+  for (auto& entry : cache->comms) MPI_Comm_free(&entry.second);
   delete cache;
+  std::lock_guard<std::mutex> lock(g_bases_mu);
+  g_bases.erase(comm);
+  return MPI_SUCCESS;
+}
+
+// MPI_Finalize deletes MPI_COMM_SELF's attributes first, while MPI still works: the moment to
+// free what is cached on MPI_COMM_WORLD and on user communicators still alive (MPI would not,
+// and a leak checker would report them).
+int FreeAllAtFinalize(MPI_Comm /*self*/, int /*key*/, void* /*value*/, void* /*extra*/) {
+  std::set<MPI_Comm> bases;
+  {
+    std::lock_guard<std::mutex> lock(g_bases_mu);
+    bases = g_bases;
+  }
+  for (MPI_Comm base : bases) MPI_Comm_delete_attr(base, g_cache_key);
+  MPI_Comm_free_keyval(&g_cache_key);
+  MPI_Comm_free_keyval(&g_finalize_key);
   return MPI_SUCCESS;
 }
 
@@ -52,6 +71,10 @@ StatusOr<CommCache*> CacheOf(MPI_Comm base) {
     DADT_MPI_CHECK("create_keyval", MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN,
                                                            &DeleteCommCache, &g_cache_key,
                                                            nullptr));
+    DADT_MPI_CHECK("create_keyval", MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN,
+                                                           &FreeAllAtFinalize, &g_finalize_key,
+                                                           nullptr));
+    DADT_MPI_CHECK("set_attr", MPI_Comm_set_attr(MPI_COMM_SELF, g_finalize_key, nullptr));
   }
   void* value = nullptr;
   int found = 0;
@@ -63,6 +86,8 @@ StatusOr<CommCache*> CacheOf(MPI_Comm base) {
     delete cache;
     return s;
   }
+  std::lock_guard<std::mutex> lock(g_bases_mu);
+  g_bases.insert(base);
   return cache;
 }
 

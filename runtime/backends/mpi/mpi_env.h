@@ -19,7 +19,9 @@
 // slow. So JobComm creates each of dadt's private communicators once per job communicator and
 // keeps it, cached on that communicator as an MPI attribute (the way libraries keep an inner
 // communicator per user communicator): every later incarnation reuses it, and it is freed when
-// the user frees the job communicator (MPI_COMM_WORLD's live until MPI_Finalize). Reuse is safe
+// the user frees the job communicator, or at the start of MPI_Finalize (through an attribute on
+// MPI_COMM_SELF, whose attributes MPI_Finalize deletes first) for MPI_COMM_WORLD's and those of
+// user communicators still alive then. Reuse is safe
 // because nothing of an incarnation is left on them when it ends: every collective the data plane
 // starts completes on every rank before the loop ends, and the controller's Close drains its
 // traffic pair by pair (mpi_control_transport.h, "Closing"). Every rank asks for the same
