@@ -248,6 +248,7 @@ Response Coordinator::BuildResponse(const std::string& name, const Pending& p) c
   resp.postscale = first->postscale;
   resp.root = first->root;
   resp.device = first->device;
+  resp.process_set_id = first->process_set_id;
   resp.total_bytes = first->ByteSize();
   switch (first->op) {
     case OpType::kAllreduce:
