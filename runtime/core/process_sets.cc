@@ -32,6 +32,27 @@ std::string RendezvousScope(const ProcessSet& set) {
   return "pset/" + std::to_string(set.seq) + "/";
 }
 
+backends::BackendOptions SetBackendOptions(const backends::BackendOptions& job,
+                                           const ProcessSet& set) {
+  backends::BackendOptions o = job;
+  o.rank = set.set_rank;
+  o.size = set.size();
+  if (job.local_size == job.size) {  // the job is on one host, so is the set
+    o.local_rank = set.set_rank;
+    o.local_size = set.size();
+    o.cross_rank = 0;
+    o.cross_size = 1;
+  } else {
+    o.local_rank = 0;
+    o.local_size = 1;
+    o.cross_rank = set.set_rank;
+    o.cross_size = set.size();
+  }
+  o.store_prefix = job.store_prefix + RendezvousScope(set);
+  o.group_color = -1;
+  return o;
+}
+
 ProcessSetTable::ProcessSetTable(int job_size, int my_rank)
     : job_size_(job_size), my_rank_(my_rank) {
   ProcessSet global;

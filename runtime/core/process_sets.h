@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backends/backend.h"
 #include "runtime/common/status.h"
 
 namespace dadt {
@@ -44,6 +45,17 @@ struct ProcessSet {
 // "pset/<seq>/": the rendezvous prefix of the set's data-plane keys, inside the incarnation's
 // scope (runtime/common/rendezvous/scoped_store.h).
 std::string RendezvousScope(const ProcessSet& set);
+
+// The options a member creates the set's data-plane Backend with, from the job's: rank and size
+// within the set, the job's store and timeouts, and the store prefix
+// `job.store_prefix + RendezvousScope(set)`, so that only the members meet and their keys are the
+// set's registration's alone. Geometry: in a job on one host the set is on one host too (local =
+// set rank and size); otherwise the set is treated as spread over hosts (one rank per host), which
+// makes Gloo bind to the hostname; a per-set hierarchical plane needs each rank's host, which the
+// table does not know yet. Only for a member (`set.included()`). Engines that meet through the
+// store (Gloo) are served; MPI needs the member ranks for MPI_Comm_create_group (not yet done).
+backends::BackendOptions SetBackendOptions(const backends::BackendOptions& job,
+                                           const ProcessSet& set);
 
 class ProcessSetTable {
  public:
