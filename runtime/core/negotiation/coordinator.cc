@@ -44,6 +44,13 @@ std::string DeviceString(int32_t d) {
 // What ranks must agree on: host, GPU on the GPU data plane, or GPU staged through the host.
 int32_t DeviceKind(int32_t d) { return d >= 0 ? 0 : d; }
 
+// How errors name a tensor: "'w'", or "'w' in process set 2" outside the global set.
+std::string Quoted(int32_t set_id, const std::string& name) {
+  std::string q = "'" + name + "'";
+  if (set_id != 0) q += " in process set " + std::to_string(set_id);
+  return q;
+}
+
 std::string ScaleString(const Request& r) {
   std::ostringstream os;
   os << "prescale " << r.prescale << ", postscale " << r.postscale;
@@ -58,7 +65,28 @@ Coordinator::Coordinator(int size, int64_t fusion_threshold_bytes,
       fusion_threshold_(fusion_threshold_bytes),
       cycle_time_(cycle_time),
       cache_(cache),
-      joined_(size, false) {}
+      joined_(size, false) {
+  for (int r = 0; r < size; ++r) all_ranks_.push_back(r);
+}
+
+const std::vector<int>* Coordinator::Members(int32_t set_id) const {
+  if (sets_ != nullptr) {
+    const ProcessSet* set = sets_->Find(set_id);
+    return set == nullptr ? nullptr : &set->ranks;
+  }
+  return set_id == 0 ? &all_ranks_ : nullptr;
+}
+
+void Coordinator::RefuseRequest(const Request& request, const std::string& why) {
+  Response resp;
+  resp.type = Response::Type::kError;
+  resp.names = {request.name};
+  resp.process_set_id = request.process_set_id;
+  resp.error = OpTypeName(request.op) + std::string(" of tensor ") +
+               Quoted(request.process_set_id, request.name) + " from rank " +
+               std::to_string(request.rank) + " cannot be negotiated: " + why;
+  refused_.push_back(std::move(resp));
+}
 
 void Coordinator::Receive(const RequestList& list, Clock::time_point now) {
   for (const Request& r : list.requests) Add(r, now);
@@ -97,25 +125,40 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
     for (auto& kv : table_) MarkReadyIfComplete(kv.first, kv.second, now);
     return;
   }
-  Pending& p = table_[request.name];
+  const int32_t set_id = request.process_set_id;
+  const std::vector<int>* members = Members(set_id);
+  if (members == nullptr) {
+    RefuseRequest(request, "process set " + std::to_string(set_id) + " is not registered");
+    return;
+  }
+  auto at = std::lower_bound(members->begin(), members->end(), request.rank);
+  if (at == members->end() || *at != request.rank) {
+    RefuseRequest(request, "rank " + std::to_string(request.rank) + " is not a member of process set " +
+                               std::to_string(set_id));
+    return;
+  }
+  const size_t index = static_cast<size_t>(at - members->begin());
+  const Key key{set_id, request.name};
+  Pending& p = table_[key];
   if (p.by_rank.empty()) {
-    p.by_rank.resize(size_);
+    p.by_rank.resize(members->size());
     for (auto& r : p.by_rank) r.rank = -1;
     p.first_seen = now;
     if (stall_) stall_->OnPending(now);
   }
-  if (p.by_rank[request.rank].rank >= 0) {
-    DADT_LOG(ERROR) << "rank " << request.rank << " submitted '" << request.name << "' twice";
+  if (p.by_rank[index].rank >= 0) {
+    DADT_LOG(ERROR) << "rank " << request.rank << " submitted " << Quoted(set_id, request.name)
+                    << " twice";
     return;
   }
-  p.by_rank[request.rank] = request;
+  p.by_rank[index] = request;
   ++p.submitted;
   if (events_ && events_->enabled()) {
     events_->Emit(timeline::Event{timeline::NowMicros(), timeline::Phase::kInstant, request.name,
                                   "RANK_" + std::to_string(request.rank) + "_READY",
                                   timeline::ReadyRankArgs(request.rank)});
   }
-  MarkReadyIfComplete(request.name, p, now);
+  MarkReadyIfComplete(key, p, now);
 }
 
 const Request* Coordinator::Pending::FirstSubmitted() const {
@@ -137,11 +180,12 @@ void Coordinator::CountReady(const Pending& p) {
   }
 }
 
-bool Coordinator::IsReady(const Pending& p) const {
+bool Coordinator::IsReady(const Key& key, const Pending& p) const {
+  const bool global = key.first == 0;  // join() counts for the global set only
   // While a rank has joined, an op other than allreduce and barrier fails at once (BuildResponse
   // says why) on the ranks that submitted it: waiting for the others could wait forever, since
   // ranks that ran different numbers of unnamed collectives name it differently.
-  if (joined_count_ > 0) {
+  if (global && joined_count_ > 0) {
     for (const Request& r : p.by_rank) {
       if (r.rank >= 0) {
         if (r.op != OpType::kAllreduce && r.op != OpType::kBarrier) return true;
@@ -149,16 +193,17 @@ bool Coordinator::IsReady(const Pending& p) const {
       }
     }
   }
-  for (int r = 0; r < size_; ++r) {
-    if (p.by_rank[r].rank < 0 && !joined_[r]) return false;
+  for (size_t i = 0; i < p.by_rank.size(); ++i) {
+    // In the global set, set rank i is global rank i.
+    if (p.by_rank[i].rank < 0 && !(global && joined_[i])) return false;
   }
   return p.submitted > 0;
 }
 
-void Coordinator::MarkReadyIfComplete(const std::string& name, Pending& p, Clock::time_point now) {
-  if (p.ready || !IsReady(p)) return;
+void Coordinator::MarkReadyIfComplete(const Key& key, Pending& p, Clock::time_point now) {
+  if (p.ready || !IsReady(key, p)) return;
   p.ready = true;
-  ready_.push_back(name);
+  ready_.push_back(key);
   oldest_ready_ = std::min(oldest_ready_, now);
   CountReady(p);
 }
@@ -168,7 +213,7 @@ bool Coordinator::GroupComplete(int64_t group_id) const {
   return it != group_ready_.end() && it->second.first >= it->second.second;
 }
 
-std::string Coordinator::Validate(const std::string& name, const Pending& p) const {
+std::string Coordinator::Validate(const Key& key, const Pending& p) const {
   const Request* first = p.FirstSubmitted();
   auto differs = [&](auto field) {
     for (const Request& r : p.by_rank) {
@@ -176,7 +221,7 @@ std::string Coordinator::Validate(const std::string& name, const Pending& p) con
     }
     return false;
   };
-  const std::string quoted = "'" + name + "'";
+  const std::string quoted = Quoted(key.first, key.second);
   if (differs([](const Request& r) { return r.op; })) {
     return "Mismatched collective operations for tensor " + quoted + ": " +
            DescribeByRank(p.by_rank, [](const Request& r) { return std::string(OpTypeName(r.op)); });
@@ -220,7 +265,8 @@ std::string Coordinator::Validate(const std::string& name, const Pending& p) con
     return "Mismatched broadcast root ranks for tensor " + quoted + ": " +
            DescribeByRank(p.by_rank, [](const Request& r) { return "root " + std::to_string(r.root); });
   }
-  if (first->op != OpType::kAllreduce && first->op != OpType::kBarrier && joined_count_ > 0) {
+  if (key.first == 0 && first->op != OpType::kAllreduce && first->op != OpType::kBarrier &&
+      joined_count_ > 0) {
     std::string who;
     for (int r = 0; r < size_; ++r) {
       if (joined_[r]) who += (who.empty() ? "" : ", ") + std::to_string(r);
@@ -231,10 +277,11 @@ std::string Coordinator::Validate(const std::string& name, const Pending& p) con
   return "";
 }
 
-Response Coordinator::BuildResponse(const std::string& name, const Pending& p) const {
+Response Coordinator::BuildResponse(const Key& key, const Pending& p) const {
   Response resp;
-  resp.names = {name};
-  std::string error = Validate(name, p);
+  resp.names = {key.second};
+  resp.process_set_id = key.first;
+  std::string error = Validate(key, p);
   if (!error.empty()) {
     resp.type = Response::Type::kError;
     resp.error = error;
@@ -248,12 +295,13 @@ Response Coordinator::BuildResponse(const std::string& name, const Pending& p) c
   resp.postscale = first->postscale;
   resp.root = first->root;
   resp.device = first->device;
-  resp.process_set_id = first->process_set_id;
   resp.total_bytes = first->ByteSize();
   switch (first->op) {
     case OpType::kAllreduce:
       resp.sizes = {NumElements(first->shape)};
-      if (joined_count_ == 0) TryEagerReduce(p.by_rank, size_, &resp);
+      if (key.first != 0 || joined_count_ == 0) {
+        TryEagerReduce(p.by_rank, static_cast<int>(p.by_rank.size()), &resp);
+      }
       break;
     case OpType::kAllgather:
       for (const Request& r : p.by_rank) resp.sizes.push_back(r.shape.empty() ? 1 : r.shape[0]);
@@ -293,17 +341,17 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
                         (fusion_threshold_ > 0 && ready_bytes_ >= fusion_threshold_));
   if (release) {
     std::vector<Response> ready;
-    std::vector<std::string> held;  // grouped tensors whose group is not complete yet
-    for (const std::string& name : ready_) {
-      auto it = table_.find(name);
+    std::vector<Key> held;  // grouped tensors whose group is not complete yet
+    for (const Key& key : ready_) {
+      auto it = table_.find(key);
       const Pending& p = it->second;
       const Request& canonical = *p.FirstSubmitted();  // ready: some rank has submitted
       const int64_t group = canonical.group_id;
       if (group >= 0 && !GroupComplete(group)) {
-        held.push_back(name);
+        held.push_back(key);
         continue;
       }
-      Response resp = BuildResponse(name, p);
+      Response resp = BuildResponse(key, p);
       if (resp.type != Response::Type::kError && cache_ && cache_->enabled()) {
         if (canonical.Cacheable()) {
           // Already cached with this signature: keep its slot and generation (no churn).
@@ -320,12 +368,19 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
     // Recompute bookkeeping for what stays held.
     group_ready_.clear();
     ready_bytes_ = 0;
-    for (const std::string& name : held) CountReady(table_[name]);
+    for (const Key& key : held) CountReady(table_[key]);
     ready_ = std::move(held);
     oldest_ready_ = ready_.empty() ? Clock::time_point::max() : now;
     list.responses = PlanFusion(std::move(ready), fusion_threshold_);
   }
-  if (join_pending_response_ && table_.empty()) {
+  if (!refused_.empty()) {
+    list.responses.insert(list.responses.begin(), std::make_move_iterator(refused_.begin()),
+                          std::make_move_iterator(refused_.end()));
+    refused_.clear();
+  }
+  // The table is ordered by set: nothing of the global set is pending when its first key is not.
+  const bool global_idle = table_.empty() || table_.begin()->first.first != 0;
+  if (join_pending_response_ && global_idle) {
     Response join;
     join.type = Response::Type::kJoin;
     join.last_joined_rank = last_joined_;
@@ -338,6 +393,7 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
 }
 
 Coordinator::Clock::time_point Coordinator::NextDeadline() const {
+  if (!refused_.empty()) return Clock::now();  // errors go out at once
   const auto stall = stall_ ? stall_->next_check() : Clock::time_point::max();
   if (ready_.empty()) return stall;
   return std::min(stall, oldest_ready_ + cycle_time_);
@@ -351,14 +407,18 @@ void Coordinator::set_stall_options(const StallOptions& options) {
 
 void Coordinator::CheckStalls(Clock::time_point now, ResponseList* list) {
   std::vector<PendingTensor> waiting;
-  for (const auto& [name, p] : table_) {
+  for (const auto& [key, p] : table_) {
     if (p.ready) continue;
+    const std::string name =
+        key.first == 0 ? key.second : key.second + " (process set " + std::to_string(key.first) + ")";
     PendingTensor t{name, "", p.first_seen, {}, {}};
-    for (int r = 0; r < size_; ++r) {
-      if (p.by_rank[r].rank >= 0) {
-        if (t.op.empty()) t.op = OpTypeName(p.by_rank[r].op);
+    const std::vector<int>* members = Members(key.first);
+    for (size_t i = 0; i < p.by_rank.size(); ++i) {
+      const int r = members != nullptr ? (*members)[i] : static_cast<int>(i);
+      if (p.by_rank[i].rank >= 0) {
+        if (t.op.empty()) t.op = OpTypeName(p.by_rank[i].op);
         t.submitted.push_back(r);
-      } else if (!joined_[r]) {
+      } else if (!(key.first == 0 && joined_[r])) {
         t.missing.push_back(r);
       }
     }

@@ -15,6 +15,10 @@
 //     when all ranks have joined, a Join response carries the last rank to join.
 //  5. Shutdown from any rank ends the job for every rank (pending work fails), as in Horovod, so a
 //     rank that exits never leaves the others waiting forever.
+//  Process sets (docs/process-sets.md): a request names its set (Request::process_set_id); the
+//     same name in two sets is two tensors, ready when every member of its set has submitted it.
+//     A request from a rank outside its set, or for a set not registered, becomes an error
+//     response for that set and name. join() counts for the global set (id 0) only.
 //  6. Stalls (stall_inspector.h): a name some ranks submitted and others (not joined) have not,
 //     for DADT_STALL_CHECK_TIME_SECONDS, becomes a warning in the next ResponseList, which every
 //     rank logs; past DADT_STALL_SHUTDOWN_TIME_SECONDS it becomes an abort naming the same.
@@ -27,10 +31,11 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/negotiation/message.h"
+#include "runtime/core/process_sets.h"
 #include "runtime/core/response_cache.h"
 #include "runtime/core/stall_inspector.h"
 #include "timeline/event.h"
@@ -55,6 +60,9 @@ class Coordinator {
   // When Compute should run again even if no new request arrives; Clock::time_point::max() if never.
   Clock::time_point NextDeadline() const;
 
+  // The registered process sets (not owned; must outlive the coordinator). Null: the global set
+  // only, and a request for any other set is an error.
+  void set_process_sets(const ProcessSetTable* sets) { sets_ = sets; }
   // Where "rank r ready" marks go (rank 0's timeline); may be null.
   void set_events(const timeline::EventStream* events) { events_ = events; }
   void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
@@ -67,8 +75,13 @@ class Coordinator {
   void set_stall_options(const StallOptions& options);
 
  private:
+  // A tensor is its process set and its name.
+  using Key = std::pair<int32_t, std::string>;
+
   struct Pending {
-    std::vector<Request> by_rank;  // by_rank[r].rank == -1 until rank r submits
+    // Indexed by set rank: by_rank[i].rank == -1 until the set's i-th member submits (rank holds
+    // the global rank, which errors name).
+    std::vector<Request> by_rank;
     int submitted = 0;
     bool ready = false;
     Clock::time_point first_seen;  // when the first rank submitted it (stall inspector)
@@ -78,11 +91,15 @@ class Coordinator {
     const Request* FirstSubmitted() const;
   };
 
-  bool IsReady(const Pending& p) const;
+  // The global ranks of a set, ascending; null when the set is not registered.
+  const std::vector<int>* Members(int32_t set_id) const;
+  bool IsReady(const Key& key, const Pending& p) const;
   void CountReady(const Pending& p);
-  void MarkReadyIfComplete(const std::string& name, Pending& p, Clock::time_point now);
-  Response BuildResponse(const std::string& name, const Pending& p) const;
-  std::string Validate(const std::string& name, const Pending& p) const;
+  void MarkReadyIfComplete(const Key& key, Pending& p, Clock::time_point now);
+  Response BuildResponse(const Key& key, const Pending& p) const;
+  std::string Validate(const Key& key, const Pending& p) const;
+  // Queues an error response for `request`'s set and name, released by the next Compute.
+  void RefuseRequest(const Request& request, const std::string& why);
   bool GroupComplete(int64_t group_id) const;
   // Runs the stall inspector over the tensors not ready yet; fills list->stall_warning or abort.
   void CheckStalls(Clock::time_point now, ResponseList* list);
@@ -93,8 +110,11 @@ class Coordinator {
   ResponseCache* cache_;
   const timeline::EventStream* events_ = nullptr;
 
-  std::unordered_map<std::string, Pending> table_;
-  std::vector<std::string> ready_;  // in the order tensors became ready
+  const ProcessSetTable* sets_ = nullptr;
+  std::vector<int> all_ranks_;  // the global set's members when there is no table
+  std::map<Key, Pending> table_;
+  std::vector<Key> ready_;  // in the order tensors became ready
+  std::vector<Response> refused_;  // error responses for requests that cannot be negotiated
   Clock::time_point oldest_ready_ = Clock::time_point::max();
   int64_t ready_bytes_ = 0;
   std::map<int64_t, std::pair<int, int>> group_ready_;  // group id -> (members ready, size)

@@ -271,20 +271,6 @@ TEST_P(CoordinatorTest, GpuOrdinalsMayDifferAcrossRanks) {
   EXPECT_GE(list.responses[0].device, 0);
 }
 
-// A released response names the process set its requests were submitted in (the data plane
-// looks the set's communicator up by it).
-TEST_P(CoordinatorTest, ResponseCarriesTheRequestsProcessSet) {
-  Coordinator c(size(), 1 << 20, microseconds(1000), &cache_);
-  for (int r = 0; r < size(); ++r) {
-    Request req = Allreduce(r, "w");
-    req.process_set_id = 3;
-    c.Add(req, t0_);
-  }
-  ResponseList list = c.Compute(t0_);
-  ASSERT_EQ(list.responses.size(), 1u);
-  EXPECT_EQ(list.responses[0].process_set_id, 3);
-}
-
 INSTANTIATE_TEST_SUITE_P(Ranks, CoordinatorTest, ::testing::Values(1, 2, 3, 4, 7));
 
 }  // namespace
