@@ -174,7 +174,7 @@ void Coordinator::CountReady(const Pending& p) {
   if (first == nullptr) return;
   ready_bytes_ += first->ByteSize();
   if (first->group_id >= 0) {
-    auto& g = group_ready_[first->group_id];
+    auto& g = group_ready_[{first->process_set_id, first->group_id}];
     ++g.first;
     g.second = first->group_size;
   }
@@ -208,8 +208,8 @@ void Coordinator::MarkReadyIfComplete(const Key& key, Pending& p, Clock::time_po
   CountReady(p);
 }
 
-bool Coordinator::GroupComplete(int64_t group_id) const {
-  auto it = group_ready_.find(group_id);
+bool Coordinator::GroupComplete(int32_t set_id, int64_t group_id) const {
+  auto it = group_ready_.find({set_id, group_id});
   return it != group_ready_.end() && it->second.first >= it->second.second;
 }
 
@@ -347,7 +347,7 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
       const Pending& p = it->second;
       const Request& canonical = *p.FirstSubmitted();  // ready: some rank has submitted
       const int64_t group = canonical.group_id;
-      if (group >= 0 && !GroupComplete(group)) {
+      if (group >= 0 && !GroupComplete(key.first, group)) {
         held.push_back(key);
         continue;
       }

@@ -100,7 +100,7 @@ class Coordinator {
   std::string Validate(const Key& key, const Pending& p) const;
   // Queues an error response for `request`'s set and name, released by the next Compute.
   void RefuseRequest(const Request& request, const std::string& why);
-  bool GroupComplete(int64_t group_id) const;
+  bool GroupComplete(int32_t set_id, int64_t group_id) const;
   // Runs the stall inspector over the tensors not ready yet; fills list->stall_warning or abort.
   void CheckStalls(Clock::time_point now, ResponseList* list);
 
@@ -117,7 +117,9 @@ class Coordinator {
   std::vector<Response> refused_;  // error responses for requests that cannot be negotiated
   Clock::time_point oldest_ready_ = Clock::time_point::max();
   int64_t ready_bytes_ = 0;
-  std::map<int64_t, std::pair<int, int>> group_ready_;  // group id -> (members ready, size)
+  // (set id, group id) -> (members ready, group size): group ids are per set, since the front
+  // ends derive them from member names, which two sets may share.
+  std::map<std::pair<int32_t, int64_t>, std::pair<int, int>> group_ready_;
 
   std::vector<bool> joined_;
   int joined_count_ = 0;

@@ -156,6 +156,27 @@ TEST_F(CoordinatorProcessSetsTest, JoinCountsForTheGlobalSetOnly) {
   EXPECT_EQ(coordinator_.pending(), 1u) << "the even set's 'w' still waits for rank 2";
 }
 
+// Grouped collectives: the same group id in two sets is two groups; each is released when its own
+// members are all ready, never because the other set's members are.
+TEST_F(CoordinatorProcessSetsTest, GroupsAreCompletePerSet) {
+  auto grouped = [&](int rank, const std::string& name, int32_t set) {
+    Request r = Allreduce(rank, name, set);
+    r.group_id = 77;
+    r.group_size = 2;
+    return r;
+  };
+  for (int r : {0, 2}) coordinator_.Add(grouped(r, "g.a", even_), t0_);
+  for (int r : {1, 3}) coordinator_.Add(grouped(r, "g.a", odd_), t0_);
+  EXPECT_TRUE(coordinator_.Compute(t0_).responses.empty())
+      << "each set has one of its group's two tensors";
+  for (int r : {0, 2}) coordinator_.Add(grouped(r, "g.b", even_), t0_);
+  ResponseList list = coordinator_.Compute(t0_);
+  ASSERT_EQ(list.responses.size(), 1u) << "the even set's group is complete, fused in one";
+  EXPECT_EQ(list.responses[0].process_set_id, even_);
+  EXPECT_EQ(list.responses[0].names, (std::vector<std::string>{"g.a", "g.b"}));
+  EXPECT_EQ(coordinator_.pending(), 1u) << "the odd set's group still waits for g.b";
+}
+
 }  // namespace
 }  // namespace core
 }  // namespace dadt
