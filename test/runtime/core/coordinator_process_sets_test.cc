@@ -177,6 +177,21 @@ TEST_F(CoordinatorProcessSetsTest, GroupsAreCompletePerSet) {
   EXPECT_EQ(coordinator_.pending(), 1u) << "the odd set's group still waits for g.b";
 }
 
+// A stalled tensor of a set names the set and only its members as missing: ranks outside the set
+// never submit it and are not to blame.
+TEST_F(CoordinatorProcessSetsTest, StallNamesOnlyTheSetsMissingMembers) {
+  StallOptions stall;
+  stall.warning_time = std::chrono::seconds(2);
+  coordinator_.set_stall_options(stall);
+  coordinator_.Add(Allreduce(1, "grad.w", odd_), t0_);
+  ResponseList list = coordinator_.Compute(t0_ + std::chrono::seconds(2));
+  const std::string& w = list.stall_warning;
+  ASSERT_FALSE(w.empty());
+  EXPECT_NE(w.find("missing rank 3: [grad.w (process set 2)]"), std::string::npos) << w;
+  EXPECT_EQ(w.find("rank 0"), std::string::npos) << w;
+  EXPECT_EQ(w.find("rank 2"), std::string::npos) << w;
+}
+
 }  // namespace
 }  // namespace core
 }  // namespace dadt
