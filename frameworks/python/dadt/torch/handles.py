@@ -19,6 +19,7 @@ import torch.utils.dlpack
 from dadt.common.basics import _core, call, on_new_incarnation, wait_all
 from dadt.common.exceptions import DadtInternalError, DeviceMismatchError
 from dadt.common.in_flight import InFlightNames
+from dadt.common.process_sets import enqueue_kwargs
 from dadt.common.util import NOT_INITIALIZED, Average, collective_name
 
 _SUPPORTED_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.uint16, torch.int32, torch.int64,
@@ -89,11 +90,13 @@ def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],
             output: Optional[torch.Tensor] = None, reduce_op: int = Average,
             prescale_factor: float = 1.0, postscale_factor: float = 1.0, root_rank: int = 0,
             splits: Optional[List[int]] = None, group_id: int = -1,
-            group_size: int = 0) -> Member:
-    """Enqueues one collective in the runtime; pass the result to `register()`."""
+            group_size: int = 0, process_set=None) -> Member:
+    """Enqueues one collective in the runtime, on ``process_set`` (None: the global set); pass
+    the result to `register()`."""
     if not _core.is_initialized():
         raise ValueError(NOT_INITIALIZED)
     _names_in_flight.check(name)
+    set_kwargs = enqueue_kwargs(process_set)
     stream, staged_device, copy_back = 0, -1, None
     gpu = tensor is not None and tensor.device.type == "cuda"
     if gpu and _core.device_backend() == "nccl":
@@ -116,7 +119,7 @@ def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],
         out_capsule = _capsule(output)
     handle = call(_core.enqueue, op_type, name, in_capsule, out_capsule, int(reduce_op),
                   float(prescale_factor), float(postscale_factor), int(root_rank), splits,
-                  group_id, group_size, stream, staged_device)
+                  group_id, group_size, stream, staged_device, **set_kwargs)
     _names_in_flight.add(name, handle)
     return Member(handle, name, (in_capsule, out_capsule, tensor, output), copy_back)
 
