@@ -13,6 +13,12 @@ import dadt.torch as dadt
 from dadt.common.basics import _core
 
 
+def _need(ranks, reason):
+    """Skips (on every rank alike: it depends on size() only) below `ranks` ranks."""
+    if dadt.size() < ranks:
+        pytest.skip(reason)
+
+
 def _split():
     """Even and odd ranks: two disjoint sets (the odd one is empty at size 1)."""
     return ([r for r in range(dadt.size()) if r % 2 == 0],
@@ -33,8 +39,8 @@ def _expected_sum(members, shape, salt):
     return sum(torch.full(shape, float(r + salt)) for r in members)
 
 
-@pytest.mark.skipif(dadt.size() < 2, reason="two sets need 2 ranks")
 def test_disjoint_sets_run_the_same_names_concurrently(sets, nm):
+    _need(2, "two sets need 2 ranks")
     even, odd = _split()
     sets += [dadt.add_process_set(even), dadt.add_process_set(odd)]
     mine = sets[0] if dadt.rank() in even else sets[1]
@@ -72,8 +78,8 @@ def test_disjoint_sets_run_the_same_names_concurrently(sets, nm):
     assert received.tolist() == [1] * mine.size()
 
 
-@pytest.mark.skipif(dadt.size() < 2, reason="at size 1 the one-rank set is the global set")
 def test_set_of_one_rank_completes_locally(sets, nm):
+    _need(2, "at size 1 the one-rank set is the global set")
     last = dadt.size() - 1
     sets.append(dadt.add_process_set([last]))
     one = sets[0]
@@ -89,8 +95,8 @@ def test_set_of_one_rank_completes_locally(sets, nm):
         assert one.rank() is None and one.included() is False
 
 
-@pytest.mark.skipif(dadt.size() < 3, reason="two overlapping sets that differ need 3 ranks")
 def test_overlapping_sets(sets, nm):
+    _need(3, "two overlapping sets that differ need 3 ranks")
     n = dadt.size()
     low, high = list(range(0, n - 1)), list(range(1, n))  # share ranks 1 .. n-2
     sets += [dadt.add_process_set(low), dadt.add_process_set(high)]
@@ -108,8 +114,8 @@ def test_overlapping_sets(sets, nm):
         assert [g.tolist() for g in grads] == [[len(high)] * 2, [len(high)] * 3]
 
 
-@pytest.mark.skipif(dadt.size() < 4, reason="two sets of two ranks need 4 ranks")
 def test_removing_a_set_while_another_is_in_use(sets, nm):
+    _need(4, "two sets of two ranks need 4 ranks")
     a, b = dadt.add_process_set([0, 1]), dadt.add_process_set([2, 3])
     sets += [a, b]
     busy = []
@@ -129,8 +135,8 @@ def test_removing_a_set_while_another_is_in_use(sets, nm):
                               process_set=b).item() == 2.0
 
 
-@pytest.mark.skipif(dadt.size() < 2, reason="a set without this rank needs 2 ranks")
 def test_removing_a_set_fails_its_pending_tensor(sets, nm):
+    _need(2, "a set without this rank needs 2 ranks")
     pair = dadt.add_process_set([0, 1])
     sets.append(pair)
     h = None
@@ -143,8 +149,8 @@ def test_removing_a_set_fails_its_pending_tensor(sets, nm):
     dadt.barrier()
 
 
-@pytest.mark.skipif(dadt.size() < 3, reason="a non-member beside a 2-rank set needs 3 ranks")
 def test_non_member_gets_a_value_error_alone(sets, nm):
+    _need(3, "a non-member beside a 2-rank set needs 3 ranks")
     pair = dadt.add_process_set([0, 1])
     sets.append(pair)
     if dadt.rank() not in pair.ranks:
@@ -160,8 +166,8 @@ def test_non_member_gets_a_value_error_alone(sets, nm):
     dadt.barrier()
 
 
-@pytest.mark.skipif(dadt.size() < 3, reason="disagreeing lists need 3 ranks")
 def test_disagreement_and_bad_sets_are_a_value_error_on_every_rank(sets):
+    _need(3, "disagreeing lists need 3 ranks")
     mine = [0, 1] if dadt.rank() == 0 else [0, 2]
     with pytest.raises(ValueError):
         dadt.add_process_set(mine)
@@ -177,8 +183,8 @@ def test_disagreement_and_bad_sets_are_a_value_error_on_every_rank(sets):
     assert _core.process_set_ids() == [0, sets[0].process_set_id]  # nothing half-registered
 
 
-@pytest.mark.skipif(dadt.size() < 2, reason="sets of a subset need 2 ranks")
 def test_gradients_use_the_sets_size(sets, nm):
+    _need(2, "sets of a subset need 2 ranks")
     even, odd = _split()
     sets += [dadt.add_process_set(even), dadt.add_process_set(odd)]
     mine = sets[0] if dadt.rank() in even else sets[1]
@@ -192,8 +198,8 @@ def test_gradients_use_the_sets_size(sets, nm):
     assert torch.equal(y.grad, torch.ones(2, 3))
 
 
-@pytest.mark.skipif(dadt.size() < 2, reason="a set of a subset needs 2 ranks")
 def test_objects_and_parameters_on_a_set(sets, nm):
+    _need(2, "a set of a subset needs 2 ranks")
     even, odd = _split()
     sets += [dadt.add_process_set(even), dadt.add_process_set(odd)]
     mine = sets[0] if dadt.rank() in even else sets[1]
@@ -208,8 +214,8 @@ def test_objects_and_parameters_on_a_set(sets, nm):
     assert torch.equal(model.weight, torch.full((2, 3), float(root)))
 
 
-@pytest.mark.skipif(dadt.size() < 2, reason="a set of a subset needs 2 ranks")
 def test_distributed_optimizer_averages_within_its_set_only(sets, nm):
+    _need(2, "a set of a subset needs 2 ranks")
     even, odd = _split()
     sets += [dadt.add_process_set(even), dadt.add_process_set(odd)]
     mine = sets[0] if dadt.rank() in even else sets[1]
@@ -227,8 +233,8 @@ def test_distributed_optimizer_averages_within_its_set_only(sets, nm):
                                   mode="async")
 
 
-@pytest.mark.skipif(dadt.size() < 2, reason="sets of a subset need 2 ranks")
 def test_init_registers_the_listed_sets_and_shutdown_drops_them(nm):
+    _need(2, "sets of a subset need 2 ranks")
     even, odd = _split()
     kept = dadt.add_process_set(even)
     dadt.shutdown()
@@ -250,8 +256,8 @@ def test_init_registers_the_listed_sets_and_shutdown_drops_them(nm):
     assert listed[0].process_set_id is None and _core.process_set_ids() == [0]
 
 
-@pytest.mark.skipif(dadt.size() < 2, reason="disagreeing lists need 2 ranks")
 def test_init_with_different_lists_is_a_value_error_on_every_rank():
+    _need(2, "disagreeing lists need 2 ranks")
     dadt.shutdown()
     mine = [[0]] if dadt.rank() == 0 else [[1]]
     try:
