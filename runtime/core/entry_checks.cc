@@ -103,7 +103,14 @@ Status ValidateEntry(const TensorEntry& e, int rank, int size) {
                              " rows (" + std::to_string(bytes) + " bytes)");
     }
   }
-  if (r.op != OpType::kBarrier && r.op != OpType::kJoin && e.input == nullptr &&
+  const bool set_op = r.op == OpType::kProcessSetAdd || r.op == OpType::kProcessSetRemove;
+  if (set_op && r.process_set_id != 0) {
+    // What the set's ranks or id are worth is the coordinator's to say, on every rank alike.
+    return InvalidArgument(std::string(OpTypeName(r.op)) + " '" + r.name +
+                           "' runs on the global process set (id 0), not on process set " +
+                           std::to_string(r.process_set_id));
+  }
+  if (r.op != OpType::kBarrier && r.op != OpType::kJoin && !set_op && e.input == nullptr &&
       NumElements(r.shape) > 0) {
     return InvalidArgument("tensor " + quoted + ": an input buffer is required");
   }
