@@ -77,7 +77,7 @@ void Executor::Complete(TensorQueue* queue, HandleTable* handles, const std::str
 }
 
 void Executor::Finish(TensorEntry& entry, HandleResult result) {
-  Complete(queue_, handles_, entry.request.name, entry.handle, std::move(result));
+  Complete(queue_, handles_, EntryKey(entry.request), entry.handle, std::move(result));
 }
 
 Status Executor::Execute(const Response& r, EntryMap& entries) {
