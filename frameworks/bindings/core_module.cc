@@ -8,6 +8,8 @@
 //
 // Errors raise _core.CoreError (a RuntimeError) with `.code` (a DADT_ERR_* value) and `.message`
 // (the runtime's text, verbatim); dadt/common/exceptions.py maps codes to Python exception types.
+// The process-set calls raise ValueError directly for refusals (ERR_INVALID_ARGUMENT), as their
+// contract with dadt.common says.
 //
 // The GIL is released around every call that may block or take a runtime lock (init, shutdown,
 // enqueue, wait), so the runtime's loop thread and other Python threads keep going.
