@@ -50,6 +50,8 @@ backends::BackendOptions SetBackendOptions(const backends::BackendOptions& job,
   }
   o.store_prefix = job.store_prefix + RendezvousScope(set);
   o.group_color = -1;
+  o.member_ranks = set.ranks;
+  o.member_tag = static_cast<int>(set.seq % 32768);  // MPI guarantees tags up to 32767
   return o;
 }
 

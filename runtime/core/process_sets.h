@@ -53,7 +53,8 @@ std::string RendezvousScope(const ProcessSet& set);
 // set rank and size); otherwise the set is treated as spread over hosts (one rank per host), which
 // makes Gloo bind to the hostname; a per-set hierarchical plane needs each rank's host, which the
 // table does not know yet. Only for a member (`set.included()`). Engines that meet through the
-// store (Gloo) are served; MPI needs the member ranks for MPI_Comm_create_group (not yet done).
+// store (Gloo) use the prefix; MPI uses member_ranks and member_tag (the seq) for
+// MPI_Comm_create_group.
 backends::BackendOptions SetBackendOptions(const backends::BackendOptions& job,
                                            const ProcessSet& set);
 

@@ -58,6 +58,8 @@ namespace mpi {
 class MpiBackend final : public Backend {
  public:
   static StatusOr<std::unique_ptr<Backend>> Create(const BackendOptions& options);
+  // A process set's backend (options.member_ranks): called by the set's members only.
+  static StatusOr<std::unique_ptr<Backend>> CreateForMembers(const BackendOptions& options);
   ~MpiBackend() override;
 
   const char* Name() const override { return "MPI"; }

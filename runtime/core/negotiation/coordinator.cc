@@ -6,58 +6,10 @@
 #include "runtime/common/logging.h"
 #include "runtime/core/eager_reduce.h"
 #include "runtime/core/fusion_planner.h"
+#include "runtime/core/negotiation/validation.h"
 
 namespace dadt {
 namespace core {
-namespace {
-
-// "rank 0: [2, 3]; ranks 1, 2: [3]" — each distinct value once, with the ranks that hold it.
-template <typename F>
-std::string DescribeByRank(const std::vector<Request>& by_rank, F value_of) {
-  std::vector<std::pair<std::string, std::vector<int>>> groups;
-  for (const Request& r : by_rank) {
-    if (r.rank < 0) continue;
-    std::string v = value_of(r);
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == v; });
-    if (it == groups.end()) {
-      groups.push_back({v, {r.rank}});
-    } else {
-      it->second.push_back(r.rank);
-    }
-  }
-  std::ostringstream os;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    if (i) os << "; ";
-    os << (groups[i].second.size() == 1 ? "rank " : "ranks ");
-    for (size_t j = 0; j < groups[i].second.size(); ++j) os << (j ? ", " : "") << groups[i].second[j];
-    os << ": " << groups[i].first;
-  }
-  return os.str();
-}
-
-std::string DeviceString(int32_t d) {
-  if (d == kCpuDevice) return "CPU";
-  if (d == kStagedGpuDevice) return "GPU (staged through host memory)";
-  return "GPU " + std::to_string(d);
-}
-
-// What ranks must agree on: host, GPU on the GPU data plane, or GPU staged through the host.
-int32_t DeviceKind(int32_t d) { return d >= 0 ? 0 : d; }
-
-// How errors name a tensor: "'w'", or "'w' in process set 2" outside the global set.
-std::string Quoted(int32_t set_id, const std::string& name) {
-  std::string q = "'" + name + "'";
-  if (set_id != 0) q += " in process set " + std::to_string(set_id);
-  return q;
-}
-
-std::string ScaleString(const Request& r) {
-  std::ostringstream os;
-  os << "prescale " << r.prescale << ", postscale " << r.postscale;
-  return os.str();
-}
-
-}  // namespace
 
 Coordinator::Coordinator(int size, int64_t fusion_threshold_bytes,
                          std::chrono::microseconds cycle_time, ResponseCache* cache)
@@ -65,16 +17,12 @@ Coordinator::Coordinator(int size, int64_t fusion_threshold_bytes,
       fusion_threshold_(fusion_threshold_bytes),
       cycle_time_(cycle_time),
       cache_(cache),
-      joined_(size, false) {
-  for (int r = 0; r < size; ++r) all_ranks_.push_back(r);
-}
+      sets_(size, /*my_rank=*/0),
+      joined_(size, false) {}
 
 const std::vector<int>* Coordinator::Members(int32_t set_id) const {
-  if (sets_ != nullptr) {
-    const ProcessSet* set = sets_->Find(set_id);
-    return set == nullptr ? nullptr : &set->ranks;
-  }
-  return set_id == 0 ? &all_ranks_ : nullptr;
+  const ProcessSet* set = sets_.Find(set_id);
+  return set == nullptr ? nullptr : &set->ranks;
 }
 
 void Coordinator::RefuseRequest(const Request& request, const std::string& why) {
@@ -83,7 +31,7 @@ void Coordinator::RefuseRequest(const Request& request, const std::string& why) 
   resp.names = {request.name};
   resp.process_set_id = request.process_set_id;
   resp.error = OpTypeName(request.op) + std::string(" of tensor ") +
-               Quoted(request.process_set_id, request.name) + " from rank " +
+               QuotedTensor(request.process_set_id, request.name) + " from rank " +
                std::to_string(request.rank) + " cannot be negotiated: " + why;
   refused_.push_back(std::move(resp));
 }
@@ -147,7 +95,7 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
     if (stall_) stall_->OnPending(now);
   }
   if (p.by_rank[index].rank >= 0) {
-    DADT_LOG(ERROR) << "rank " << request.rank << " submitted " << Quoted(set_id, request.name)
+    DADT_LOG(ERROR) << "rank " << request.rank << " submitted " << QuotedTensor(set_id, request.name)
                     << " twice";
     return;
   }
@@ -214,67 +162,13 @@ bool Coordinator::GroupComplete(int32_t set_id, int64_t group_id) const {
 }
 
 std::string Coordinator::Validate(const Key& key, const Pending& p) const {
-  const Request* first = p.FirstSubmitted();
-  auto differs = [&](auto field) {
-    for (const Request& r : p.by_rank) {
-      if (r.rank >= 0 && !(field(r) == field(*first))) return true;
-    }
-    return false;
-  };
-  const std::string quoted = Quoted(key.first, key.second);
-  if (differs([](const Request& r) { return r.op; })) {
-    return "Mismatched collective operations for tensor " + quoted + ": " +
-           DescribeByRank(p.by_rank, [](const Request& r) { return std::string(OpTypeName(r.op)); });
-  }
-  const std::string op = OpTypeName(first->op);
-  if (differs([](const Request& r) { return r.dtype; })) {
-    return "Mismatched " + op + " data types for tensor " + quoted + ": " +
-           DescribeByRank(p.by_rank,
-                          [](const Request& r) { return std::string(DataTypeName(r.dtype)); });
-  }
-  // Device kinds must agree; ordinals may differ (each rank drives its own GPU).
-  if (differs([](const Request& r) { return DeviceKind(r.device); })) {
-    return "Mismatched " + op + " devices for tensor " + quoted +
-           " (CPU and GPU tensors cannot be mixed): " +
-           DescribeByRank(p.by_rank, [](const Request& r) { return DeviceString(r.device); });
-  }
-  const bool same_shape = first->op == OpType::kAllreduce || first->op == OpType::kBroadcast ||
-                          first->op == OpType::kReducescatter;
-  if (same_shape && differs([](const Request& r) { return r.shape; })) {
-    return "Mismatched " + op + " tensor shapes for tensor " + quoted + ": " +
-           DescribeByRank(p.by_rank, [](const Request& r) { return ShapeString(r.shape); });
-  }
-  if (!same_shape && differs([](const Request& r) {
-        return r.shape.empty() ? Shape{} : Shape(r.shape.begin() + 1, r.shape.end());
-      })) {
-    return "Mismatched " + op + " tensor shapes for tensor " + quoted +
-           " (all dimensions but the first must agree): " +
-           DescribeByRank(p.by_rank, [](const Request& r) { return ShapeString(r.shape); });
-  }
-  if ((first->op == OpType::kAllreduce || first->op == OpType::kReducescatter) &&
-      differs([](const Request& r) { return r.reduce_op; })) {
-    return "Mismatched " + op + " reduce operations for tensor " + quoted + ": " +
-           DescribeByRank(p.by_rank,
-                          [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); });
-  }
-  if (differs([](const Request& r) { return std::make_pair(r.prescale, r.postscale); })) {
-    return "Mismatched " + op + " scale factors for tensor " + quoted + ": " +
-           DescribeByRank(p.by_rank, ScaleString);
-  }
-  if (first->op == OpType::kBroadcast && differs([](const Request& r) { return r.root; })) {
-    return "Mismatched broadcast root ranks for tensor " + quoted + ": " +
-           DescribeByRank(p.by_rank, [](const Request& r) { return "root " + std::to_string(r.root); });
-  }
-  if (key.first == 0 && first->op != OpType::kAllreduce && first->op != OpType::kBarrier &&
-      joined_count_ > 0) {
-    std::string who;
+  std::vector<int> joined;
+  if (key.first == 0) {
     for (int r = 0; r < size_; ++r) {
-      if (joined_[r]) who += (who.empty() ? "" : ", ") + std::to_string(r);
+      if (joined_[r]) joined.push_back(r);
     }
-    return op + " of tensor " + quoted + " cannot run while rank(s) " + who +
-           " have called join(); only allreduce and barrier can";
   }
-  return "";
+  return ValidateRequests(key.first, key.second, p.by_rank, joined);
 }
 
 Response Coordinator::BuildResponse(const Key& key, const Pending& p) const {
@@ -315,6 +209,54 @@ Response Coordinator::BuildResponse(const Key& key, const Pending& p) const {
   return resp;
 }
 
+Response Coordinator::ReleaseSetOp(const Key& key, const Pending& p,
+                                   std::vector<Response>* released) {
+  Response resp;
+  resp.names = {key.second};
+  resp.error = Validate(key, p);
+  const Request& first = *p.FirstSubmitted();
+  resp.type = resp.error.empty() ? ResponseTypeFor(first.op) : Response::Type::kError;
+  if (!resp.error.empty()) return resp;
+  if (first.op == OpType::kProcessSetAdd) {
+    StatusOr<int32_t> id = sets_.Add(std::vector<int>(first.splits.begin(), first.splits.end()));
+    if (!id.ok()) {
+      resp.type = Response::Type::kError;
+      resp.error = id.status().message();
+      return resp;
+    }
+    resp.root = *id;
+    for (int r : sets_.Find(*id)->ranks) resp.sizes.push_back(r);
+    return resp;
+  }
+  const int32_t id = first.root;
+  if (id == 0) {
+    resp.type = Response::Type::kError;
+    resp.error = "the global process set (id 0) cannot be removed";
+    return resp;
+  }
+  resp.root = id;
+  resp.sizes = {sets_.Find(id) != nullptr ? 1 : 0};
+  if (resp.sizes[0] == 0) return resp;
+  // The set's tensors still pending fail on the members that submitted them, before the remove.
+  for (auto it = table_.lower_bound(Key{id, ""}); it != table_.end() && it->first.first == id;) {
+    std::vector<int64_t> submitted;
+    for (const Request& r : it->second.by_rank) {
+      if (r.rank >= 0) submitted.push_back(r.rank);
+    }
+    Response failed;
+    failed.type = Response::Type::kError;
+    failed.names = {it->first.second};
+    failed.process_set_id = id;
+    failed.error = "process set " + std::to_string(id) + " was removed while tensor '" +
+                   it->first.second + "' was in flight (submitted by ranks " +
+                   RankListString(submitted) + ")";
+    released->push_back(std::move(failed));
+    it = table_.erase(it);
+  }
+  (void)sets_.Remove(id);
+  return resp;
+}
+
 ResponseList Coordinator::Compute(Clock::time_point now) {
   ResponseList list;
   list.resend.swap(resend_);
@@ -344,6 +286,7 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
     std::vector<Key> held;  // grouped tensors whose group is not complete yet
     for (const Key& key : ready_) {
       auto it = table_.find(key);
+      if (it == table_.end()) continue;  // failed by the remove of its set, earlier in this loop
       const Pending& p = it->second;
       const Request& canonical = *p.FirstSubmitted();  // ready: some rank has submitted
       const int64_t group = canonical.group_id;
@@ -351,7 +294,9 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
         held.push_back(key);
         continue;
       }
-      Response resp = BuildResponse(key, p);
+      const bool set_op =
+          canonical.op == OpType::kProcessSetAdd || canonical.op == OpType::kProcessSetRemove;
+      Response resp = set_op ? ReleaseSetOp(key, p, &ready) : BuildResponse(key, p);
       if (resp.type != Response::Type::kError && cache_ && cache_->enabled()) {
         if (canonical.Cacheable()) {
           // Already cached with this signature: keep its slot and generation (no churn).
@@ -368,8 +313,13 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
     // Recompute bookkeeping for what stays held.
     group_ready_.clear();
     ready_bytes_ = 0;
-    for (const Key& key : held) CountReady(table_[key]);
-    ready_ = std::move(held);
+    ready_.clear();
+    for (const Key& key : held) {
+      auto it = table_.find(key);
+      if (it == table_.end()) continue;  // failed by a remove
+      CountReady(it->second);
+      ready_.push_back(key);
+    }
     oldest_ready_ = ready_.empty() ? Clock::time_point::max() : now;
     list.responses = PlanFusion(std::move(ready), fusion_threshold_);
   }

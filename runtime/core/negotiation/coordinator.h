@@ -18,7 +18,9 @@
 //  Process sets (docs/process-sets.md): a request names its set (Request::process_set_id); the
 //     same name in two sets is two tensors, ready when every member of its set has submitted it.
 //     A request from a rank outside its set, or for a set not registered, becomes an error
-//     response for that set and name. join() counts for the global set (id 0) only.
+//     response for that set and name. join() counts for the global set (id 0) only. Adds and
+//     removes of sets are requests on the global set, ready like a barrier; released, they change
+//     the coordinator's table (ReleaseSetOp), and every rank applies them in list order.
 //  6. Stalls (stall_inspector.h): a name some ranks submitted and others (not joined) have not,
 //     for DADT_STALL_CHECK_TIME_SECONDS, becomes a warning in the next ResponseList, which every
 //     rank logs; past DADT_STALL_SHUTDOWN_TIME_SECONDS it becomes an abort naming the same.
@@ -60,9 +62,12 @@ class Coordinator {
   // When Compute should run again even if no new request arrives; Clock::time_point::max() if never.
   Clock::time_point NextDeadline() const;
 
-  // The registered process sets (not owned; must outlive the coordinator). Null: the global set
-  // only, and a request for any other set is an error.
-  void set_process_sets(const ProcessSetTable* sets) { sets_ = sets; }
+  // The coordinator's own table of process sets: the global set only at first; adds and removes
+  // change it when they are released (in release order, which is the order every rank applies
+  // them in, so its ids are every rank's). A request for a set not in it is an error. Replaces
+  // the table (tests start from a table with sets).
+  void set_process_sets(const ProcessSetTable& sets) { sets_ = sets; }
+  const ProcessSetTable& process_sets() const { return sets_; }
   // Where "rank r ready" marks go (rank 0's timeline); may be null.
   void set_events(const timeline::EventStream* events) { events_ = events; }
   void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
@@ -98,6 +103,11 @@ class Coordinator {
   void MarkReadyIfComplete(const Key& key, Pending& p, Clock::time_point now);
   Response BuildResponse(const Key& key, const Pending& p) const;
   std::string Validate(const Key& key, const Pending& p) const;
+  // An add or remove of a process set (on the global set), ready and released now: checked
+  // (agreement, then the table's own checks: ranks, duplicates, id 0) and applied to sets_. A
+  // remove first fails the set's pending tensors, their error responses appended to `released`
+  // (so they come before the remove).
+  Response ReleaseSetOp(const Key& key, const Pending& p, std::vector<Response>* released);
   // Queues an error response for `request`'s set and name, released by the next Compute.
   void RefuseRequest(const Request& request, const std::string& why);
   bool GroupComplete(int32_t set_id, int64_t group_id) const;
@@ -110,8 +120,7 @@ class Coordinator {
   ResponseCache* cache_;
   const timeline::EventStream* events_ = nullptr;
 
-  const ProcessSetTable* sets_ = nullptr;
-  std::vector<int> all_ranks_;  // the global set's members when there is no table
+  ProcessSetTable sets_;
   std::map<Key, Pending> table_;
   std::vector<Key> ready_;  // in the order tensors became ready
   std::vector<Response> refused_;  // error responses for requests that cannot be negotiated

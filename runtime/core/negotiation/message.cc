@@ -73,6 +73,8 @@ Response::Type ResponseTypeFor(OpType op) {
     case OpType::kReducescatter: return Response::Type::kReducescatter;
     case OpType::kBarrier: return Response::Type::kBarrier;
     case OpType::kJoin: return Response::Type::kJoin;
+    case OpType::kProcessSetAdd: return Response::Type::kProcessSetAdd;
+    case OpType::kProcessSetRemove: return Response::Type::kProcessSetRemove;
   }
   return Response::Type::kError;
 }
@@ -86,6 +88,8 @@ std::optional<OpType> OpTypeFor(Response::Type type) {
     case Response::Type::kReducescatter: return OpType::kReducescatter;
     case Response::Type::kBarrier: return OpType::kBarrier;
     case Response::Type::kJoin: return OpType::kJoin;
+    case Response::Type::kProcessSetAdd: return OpType::kProcessSetAdd;
+    case Response::Type::kProcessSetRemove: return OpType::kProcessSetRemove;
     case Response::Type::kError: break;
   }
   return std::nullopt;

@@ -74,6 +74,11 @@ struct Response {
     kBarrier,
     kJoin,
     kError,
+    // Every rank applies these, members or not: kProcessSetAdd registers the set `root` (the
+    // id the coordinator assigned) of global ranks `sizes`; kProcessSetRemove unregisters `root`,
+    // with sizes = {1} when it was registered and {0} when it was not.
+    kProcessSetAdd,
+    kProcessSetRemove,
   };
   Type type = Type::kAllreduce;
   std::vector<std::string> names;

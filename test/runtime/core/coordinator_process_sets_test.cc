@@ -30,7 +30,7 @@ class CoordinatorProcessSetsTest : public ::testing::Test {
   CoordinatorProcessSetsTest() {
     even_ = *sets_.Add({0, 2});
     odd_ = *sets_.Add({1, 3});
-    coordinator_.set_process_sets(&sets_);
+    coordinator_.set_process_sets(sets_);
   }
   ProcessSetTable sets_{4, 0};
   int32_t even_ = -1;

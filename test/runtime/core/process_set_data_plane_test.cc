@@ -41,6 +41,8 @@ TEST(SetBackendOptionsTest, GeometryAndPrefixAreTheSets) {
   EXPECT_EQ(o.local_rank, 1);
   EXPECT_EQ(o.local_size, 2);
   EXPECT_EQ(o.store_prefix, "gloo/pset/1/");
+  EXPECT_EQ(o.member_ranks, (std::vector<int>{1, 3})) << "MPI_Comm_create_group's members";
+  EXPECT_EQ(o.member_tag, 1) << "the seq";
 
   // A job over two hosts of two ranks: the set counts as spread over hosts.
   job.local_rank = 1;
