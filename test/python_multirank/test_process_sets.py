@@ -237,6 +237,7 @@ def test_init_registers_the_listed_sets_and_shutdown_drops_them(nm):
     _need(2, "sets of a subset need 2 ranks")
     even, odd = _split()
     kept = dadt.add_process_set(even)
+    dadt.barrier()  # shutdown() ends the job for every rank: nobody may still be working
     dadt.shutdown()
     assert kept.process_set_id is None  # dropped with the incarnation
     listed = [dadt.ProcessSet(even), dadt.ProcessSet(odd)]
@@ -251,6 +252,7 @@ def test_init_registers_the_listed_sets_and_shutdown_drops_them(nm):
         dadt.init(process_sets=[dadt.ProcessSet(even)])  # running: fills in ids, adds nothing
         assert _core.process_set_ids() == [0, 1, 2]
     finally:
+        dadt.barrier()
         dadt.shutdown()
         dadt.init()
     assert listed[0].process_set_id is None and _core.process_set_ids() == [0]
@@ -258,13 +260,15 @@ def test_init_registers_the_listed_sets_and_shutdown_drops_them(nm):
 
 def test_init_with_different_lists_is_a_value_error_on_every_rank():
     _need(2, "disagreeing lists need 2 ranks")
-    dadt.shutdown()
     mine = [[0]] if dadt.rank() == 0 else [[1]]
+    dadt.barrier()
+    dadt.shutdown()
     try:
         with pytest.raises(ValueError, match="rank 1 has"):
             dadt.init(process_sets=mine)
         assert _core.process_set_ids() == [0]
         assert dadt.is_initialized()  # the runtime runs; only the sets were refused
     finally:
+        dadt.barrier()
         dadt.shutdown()
         dadt.init()

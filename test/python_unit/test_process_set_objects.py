@@ -188,3 +188,18 @@ def test_mpi4py_communicator_gives_its_ranks_in_the_job(core, monkeypatch):
     s = ProcessSet(comm)
     assert s.mpi_comm is comm and s.ranks is None
     assert ps_mod.add_process_set(s).ranks == [mpi.COMM_WORLD.Get_rank()]
+
+
+def test_generated_names_are_counted_per_set_and_restart_at_removal(core):
+    from dadt.common.util import collective_name, reset_collective_names
+    reset_collective_names()
+    s = ps_mod.add_process_set([1, 2])
+    assert collective_name("barrier", None, s) == "barrier.set1.noname.0"
+    assert collective_name("barrier", None, s) == "barrier.set1.noname.1"
+    # A member-only collective does not move the global counter the other ranks also use.
+    assert collective_name("barrier", None) == "barrier.noname.0"
+    assert collective_name("barrier", None, global_process_set) == "barrier.noname.1"
+    assert collective_name("barrier", "mine", s) == "mine"
+    ps_mod.remove_process_set(s)
+    again = ps_mod.add_process_set([0, 3])  # reuses id 1
+    assert collective_name("barrier", None, again) == "barrier.set1.noname.0"

@@ -185,6 +185,8 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     _require_initialized()
     from dadt.common.basics import call
     removed = bool(call(_core().remove_process_set, int(set_id_)))
+    from dadt.common.util import reset_set_names
+    reset_set_names(set_id_)  # a later set reusing the id names its collectives from 0
     for ps in _registered.pop(set_id_, []) + [process_set]:
         ps.process_set_id = None
     return removed

@@ -116,7 +116,7 @@ def grouped_allreduce(tensors, name: Optional[str] = None, op: int = Average,
     leaves = [x if hasattr(x, "dtype") else jnp.asarray(x) for x in tensors]
     if not leaves:
         raise ValueError("grouped allreduce needs at least one tensor")
-    base = array_ops.make_name("grouped_allreduce", name)
+    base = array_ops.make_name("grouped_allreduce", name, process_set)
     return _run(lambda *a: array_ops.grouped_allreduce(a, base, op, prescale_factor,
                                                        postscale_factor, process_set),
                 leaves, lambda: [_spec(x) for x in leaves])
@@ -131,7 +131,7 @@ def allreduce(tree, name: Optional[str] = None, op: int = Average, prescale_fact
     set_id(process_set)
     if _is_leaf(tree):
         x = tree if hasattr(tree, "dtype") else jnp.asarray(tree)
-        name = array_ops.make_name("allreduce", name)
+        name = array_ops.make_name("allreduce", name, process_set)
         out, = _run(lambda a: [array_ops.allreduce(a, name, op, prescale_factor,
                                                    postscale_factor, process_set)],
                     [x], lambda: [_spec(x)])
@@ -147,7 +147,7 @@ def allgather(tree, name: Optional[str] = None, process_set=global_process_set):
     """Concatenates every process's array (or every leaf of a pytree) on the first dimension.
     Eagerly the first dimension may differ across ranks; under jit it must be the same."""
     leaves, treedef = _leaves(tree)
-    base = array_ops.make_name("allgather", name)
+    base = array_ops.make_name("allgather", name, process_set)
     names = [base] if _is_leaf(tree) else ["%s.%d" % (base, i) for i in range(len(leaves))]
 
     def fn(*arrays):
@@ -163,7 +163,7 @@ def broadcast(tree, root_rank: int, name: Optional[str] = None, process_set=glob
     root_rank is a global rank, a member)."""
     set_id(process_set)
     leaves, treedef = _leaves(tree)
-    base = array_ops.make_name("broadcast", name)
+    base = array_ops.make_name("broadcast", name, process_set)
     names = [base] if _is_leaf(tree) else ["%s.%d" % (base, i) for i in range(len(leaves))]
 
     def fn(*arrays):
@@ -193,7 +193,7 @@ def reducescatter(tensor, name: Optional[str] = None, op: int = Average,
     rank's block of rows (lower ranks get one more row when the first dimension does not divide
     evenly)."""
     x = tensor if hasattr(tensor, "dtype") else jnp.asarray(tensor)
-    name = array_ops.make_name("reducescatter", name)
+    name = array_ops.make_name("reducescatter", name, process_set)
     if _traced([x]):
         _, rows = call(_core.scatter_rows, x.shape[0], set_size(process_set),
                        set_rank(process_set))

@@ -58,7 +58,7 @@ def broadcast_parameters(params: Any, root_rank: int = 0, name: Optional[str] = 
     """Returns root rank's pytree of parameters (any pytree of arrays: a flax ``params`` dict,
     an equinox model's arrays, optax state) on every process. JAX arrays are immutable, so use
     the result: ``params = dadt.broadcast_parameters(params)``."""
-    return broadcast(params, root_rank, name=array_ops.make_name("broadcast_parameters", name),
+    return broadcast(params, root_rank, name=array_ops.make_name("broadcast_parameters", name, process_set),
                      process_set=process_set)
 
 

@@ -25,7 +25,7 @@ def broadcast_variables(variables, root_rank: int = 0, name: Optional[str] = Non
     """Assigns root rank's value to each Keras variable on every process (of ``process_set``;
     all broadcasts in flight at once)."""
     variables = list(variables)
-    base = array_ops.make_name("broadcast_variables", name)
+    base = array_ops.make_name("broadcast_variables", name, process_set)
     handles = [array_ops.broadcast_async(_host_value(v), root_rank, "%s.%d" % (base, i),
                                          process_set) for i, v in enumerate(variables)]
     for v, h in zip(variables, handles):

@@ -40,7 +40,7 @@ def broadcast_variables(variables, root_rank: int, name: Optional[str] = None,
         process_set: the process set whose ranks take part (default: every rank).
     """
     variables = list(variables)
-    base = array_ops.make_name("broadcast_variables", name)
+    base = array_ops.make_name("broadcast_variables", name, process_set)
     if tf.executing_eagerly():
         # Every broadcast in flight at once, then the assignments.
         try:

@@ -116,7 +116,7 @@ def _check_differentiable(op: int) -> None:
 
 def _grouped(tensors: List[tf.Tensor], name: Optional[str], op: int, prescale: float,
              postscale: float, ps) -> List[tf.Tensor]:
-    base = array_ops.make_name("grouped_allreduce", name)
+    base = array_ops.make_name("grouped_allreduce", name, ps)
 
     def forward(*xs):
         return _run(lambda *a: array_ops.grouped_allreduce_async(a, base, op, prescale, postscale,
@@ -132,7 +132,7 @@ def _grouped(tensors: List[tf.Tensor], name: Optional[str], op: int, prescale: f
 
 def _allreduce(tensor: tf.Tensor, name: Optional[str], op: int, prescale: float,
                postscale: float, ps=None) -> tf.Tensor:
-    name = array_ops.make_name("allreduce", name)
+    name = array_ops.make_name("allreduce", name, ps)
 
     def forward(x):
         return _run(lambda a: array_ops.allreduce_async(a, name, op, prescale, postscale, ps),
@@ -152,7 +152,7 @@ def _sparse_allreduce(slices: tf.IndexedSlices, name: Optional[str], op: int, pr
     if op not in (Average, Sum):
         raise NotImplementedError("a tf.IndexedSlices is reduced with op=Average or op=Sum (its "
                                   "rows are allgathered), not op=%r" % (op,))
-    base = array_ops.make_name("allreduce", name)
+    base = array_ops.make_name("allreduce", name, ps)
     values = allgather(slices.values, name=base + ".values", process_set=ps)
     indices = allgather(slices.indices, name=base + ".indices", process_set=ps)
     scale = prescale * postscale / (set_size(ps) if op == Average else 1)
@@ -207,7 +207,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped allreduce needs at least one tensor")
-    base = array_ops.make_name("grouped_allreduce", name)
+    base = array_ops.make_name("grouped_allreduce", name, process_set)
     out: List[Any] = [None] * len(tensors)
     dense = []
     for i, t in enumerate(tensors):
@@ -245,7 +245,7 @@ def allgather(tensor, name=None, process_set=global_process_set) -> tf.Tensor:
     """Concatenates the tensor of every process (of ``process_set``, by rank within it) on the
     first dimension (which may differ across ranks; the other dimensions must match).
     Differentiable: the gradient is this rank's rows of the averaged incoming gradient."""
-    name = array_ops.make_name("allgather", name)
+    name = array_ops.make_name("allgather", name, process_set)
     t = _as_tensor(tensor, name)
     ps = process_set
     set_id(ps)
@@ -259,7 +259,7 @@ def allgather(tensor, name=None, process_set=global_process_set) -> tf.Tensor:
 def grouped_allgather(tensors, name=None, process_set=global_process_set) -> List[tf.Tensor]:
     """Allgathers a list of tensors in one step (members are named ``'<name>.<i>'``); each
     result is that of `allgather`. Differentiable."""
-    base = array_ops.make_name("grouped_allgather", name)
+    base = array_ops.make_name("grouped_allgather", name, process_set)
     ts = [_as_tensor(t, "%s.%d" % (base, i)) for i, t in enumerate(tensors)]
     if not ts:
         raise ValueError("grouped allgather needs at least one tensor")
@@ -279,7 +279,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set) -> t
     a global rank, a member); the input is not modified.
     Differentiable: root rank receives the average of every rank's gradient, others zero (every
     rank takes part in the averaging, so that the collective completes)."""
-    name = array_ops.make_name("broadcast", name)
+    name = array_ops.make_name("broadcast", name, process_set)
 
     def forward(x):
         return _run(lambda a: array_ops.broadcast_async(a, root_rank, name, process_set),
@@ -315,7 +315,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     rows received, in rank order; with ``splits`` given, returns (output, received_splits).
     Differentiable: the gradient is the reverse alltoall. Invalid splits raise
     tf.errors.InvalidArgumentError. With ``process_set``, ``splits`` has one entry per member."""
-    name = array_ops.make_name("alltoall", name)
+    name = array_ops.make_name("alltoall", name, process_set)
     split_list = None if splits is None else tf.convert_to_tensor(splits, dtype=tf.int32)
     received = []
 
@@ -345,7 +345,7 @@ def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_
     """Reduces the tensor over all processes and returns this rank's block of rows (lower ranks
     get one more row when the first dimension does not divide evenly). Differentiable: the
     gradient is an allgather (times the number of processes for op=Sum, as Horovod's)."""
-    name = array_ops.make_name("reducescatter", name)
+    name = array_ops.make_name("reducescatter", name, process_set)
     scale = _reducescatter_scale(op, prescale_factor, postscale_factor, process_set)
 
     def forward(x):
@@ -363,7 +363,7 @@ def grouped_reducescatter(tensors, name=None, op=Average, prescale_factor=1.0,
                           postscale_factor=1.0, process_set=global_process_set) -> List[tf.Tensor]:
     """Reducescatters a list of tensors in one step (members are named ``'<name>.<i>'``); each
     result is that of `reducescatter`. Differentiable."""
-    base = array_ops.make_name("grouped_reducescatter", name)
+    base = array_ops.make_name("grouped_reducescatter", name, process_set)
     ts = [_as_tensor(t, "%s.%d" % (base, i)) for i, t in enumerate(tensors)]
     if not ts:
         raise ValueError("grouped reducescatter needs at least one tensor")

@@ -12,6 +12,7 @@ from typing import List, Optional
 import torch
 
 from dadt.common.basics import _core
+from dadt.common import in_flight
 from dadt.common.process_sets import global_process_set, set_id
 from dadt.torch import handles
 from dadt.common.util import (OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL, OP_BARRIER, OP_BROADCAST,
@@ -69,7 +70,7 @@ def allreduce_async(tensor, average=None, name=None, op=None,
         A handle to the allreduce operation that can be used with `poll()` or `synchronize()`.
     """
     op = handle_average_backwards_compatibility(op, average)
-    name = auto_name("allreduce", name)
+    name = auto_name("allreduce", name, process_set)
     return _allreduce_async(tensor, False, name, op, prescale_factor, postscale_factor,
                             process_set)
 
@@ -84,7 +85,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None,
         A handle to the allreduce operation that can be used with `poll()` or `synchronize()`.
     """
     op = handle_average_backwards_compatibility(op, average)
-    name = auto_name("allreduce", name)
+    name = auto_name("allreduce", name, process_set)
     return _allreduce_async(tensor, True, name, op, prescale_factor, postscale_factor,
                             process_set)
 
@@ -109,13 +110,13 @@ def _group(kind, tensors, name, process_set):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped %s needs at least one tensor" % kind)
-    name = auto_name("grouped_" + kind, name)
+    name = auto_name("grouped_" + kind, name, process_set)
     names = ["%s.%d" % (name, i) for i in range(len(tensors))]
+    set_id_ = set_id(process_set)  # an unregistered set is refused before any member is enqueued
     for tensor, member in zip(tensors, names):
         check_tensor(tensor, member)
-        handles._names_in_flight.check(member)
+        handles._names_in_flight.check(in_flight.key(member, set_id_))
     check_same_device(tensors, names)
-    set_id(process_set)  # an unregistered set is refused before any member is enqueued
     # The id names the group on every rank alike, whatever order ranks submit groups in: a hash
     # of the member names (unique among in-flight collectives by contract).
     digest = hashlib.blake2b("\0".join(names).encode(), digest_size=8).digest()
@@ -230,7 +231,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set, out=None)
     Returns:
         A handle to the allgather operation that can be used with `poll()` or `synchronize()`.
     """
-    name = auto_name("allgather", name)
+    name = auto_name("allgather", name, process_set)
     check_tensor(tensor, name)
     if out is not None:
         _check_out(out, tensor, name)
@@ -264,7 +265,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     Returns:
         A handle to the broadcast operation that can be used with `poll()` or `synchronize()`.
     """
-    name = auto_name("broadcast", name)
+    name = auto_name("broadcast", name, process_set)
     check_tensor(tensor, name)
     output = tensor.detach().clone()
     return _broadcast_async(output, output, root_rank, name, process_set)
@@ -278,7 +279,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     Returns:
         A handle to the broadcast operation that can be used with `poll()` or `synchronize()`.
     """
-    name = auto_name("broadcast", name)
+    name = auto_name("broadcast", name, process_set)
     check_tensor(tensor, name)
     return _broadcast_async(tensor, tensor, root_rank, name, process_set)
 
@@ -327,7 +328,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         `synchronize()` returns a tuple (output, received_splits); received_splits is on the
         device `splits` was given on (the CPU for a list or None).
     """
-    name = auto_name("alltoall", name)
+    name = auto_name("alltoall", name, process_set)
     check_tensor(tensor, name)
     member = enqueue(OP_ALLTOALL, name, tensor, splits=_splits_list(splits),
                      process_set=process_set)
@@ -370,7 +371,7 @@ def reducescatter_async(tensor, name=None, op=Average,
         A handle to the reducescatter operation that can be used with `poll()` or
         `synchronize()`.
     """
-    name = auto_name("reducescatter", name)
+    name = auto_name("reducescatter", name, process_set)
     check_tensor(tensor, name)
     if out is not None:
         _check_out(out, tensor, name)
@@ -420,7 +421,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
 def barrier(process_set=global_process_set) -> None:
     """A function that acts as a simple sychronization point for ranks specified in the given
     process set (default: every rank). Returns once every rank of the set has reached it."""
-    synchronize(register([enqueue(OP_BARRIER, auto_name("barrier", None), None,
+    synchronize(register([enqueue(OP_BARRIER, auto_name("barrier", None, process_set), None,
                                   process_set=process_set)]))
 
 

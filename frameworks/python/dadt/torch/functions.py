@@ -161,7 +161,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
     Returns:
         The object that was broadcast from the `root_rank`.
     """
-    name = auto_name("broadcast_object", name)
+    name = auto_name("broadcast_object", name, process_set)
     if rank() == root_rank:
         t = _to_bytes_tensor(obj)
         sz = torch.tensor([t.numel()], dtype=torch.int64)
@@ -190,7 +190,7 @@ def allgather_object(obj: Any, name: Optional[str] = None,
         The list of objects that were allgathered across the ranks of `process_set`, in rank
         order.
     """
-    name = auto_name("allgather_object", name)
+    name = auto_name("allgather_object", name, process_set)
     t = _to_bytes_tensor(obj)
     sizes = allgather(torch.tensor([t.numel()], dtype=torch.int64), name=name + ".sz",
                       process_set=process_set).tolist()
