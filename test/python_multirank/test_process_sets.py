@@ -136,7 +136,7 @@ def test_removing_a_set_while_another_is_in_use(sets, nm):
 
 
 def test_removing_a_set_fails_its_pending_tensor(sets, nm):
-    _need(2, "a set without this rank needs 2 ranks")
+    _need(3, "a set of 2 that is not the global set needs 3 ranks")
     pair = dadt.add_process_set([0, 1])
     sets.append(pair)
     h = None
