@@ -46,6 +46,10 @@ int Fail(const Status& s) {
   return t_last_code;
 }
 
+Status NotInitialized() {
+  return dadt::PreconditionFailed("dadt has not been initialized; use dadt.init().");
+}
+
 std::shared_ptr<Runtime> Get() {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_runtime;
@@ -54,6 +58,13 @@ std::shared_ptr<Runtime> Get() {
 std::shared_ptr<Runtime> GetRunning() {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_running ? g_runtime : nullptr;
+}
+
+// One field of the running job's geometry, or -1 when not initialized.
+template <typename F>
+int GeometryOr(F field) {
+  auto rt = GetRunning();
+  return rt ? field(rt->options()) : -1;
 }
 
 constexpr uint8_t kDLBoolCode = 6;  // DLPack >= 0.8; Debian ships 0.6 headers
@@ -219,30 +230,12 @@ const char* dadt_elastic_notice_kind(int64_t seq) {
 const char* dadt_last_error(void) { return t_last_error.c_str(); }
 int dadt_last_error_code(void) { return t_last_code; }
 
-int dadt_rank(void) {
-  auto rt = GetRunning();
-  return rt ? rt->options().rank : -1;
-}
-int dadt_size(void) {
-  auto rt = GetRunning();
-  return rt ? rt->options().size : -1;
-}
-int dadt_local_rank(void) {
-  auto rt = GetRunning();
-  return rt ? rt->options().local_rank : -1;
-}
-int dadt_local_size(void) {
-  auto rt = GetRunning();
-  return rt ? rt->options().local_size : -1;
-}
-int dadt_cross_rank(void) {
-  auto rt = GetRunning();
-  return rt ? rt->options().cross_rank : -1;
-}
-int dadt_cross_size(void) {
-  auto rt = GetRunning();
-  return rt ? rt->options().cross_size : -1;
-}
+int dadt_rank(void) { return GeometryOr([](const auto& o) { return o.rank; }); }
+int dadt_size(void) { return GeometryOr([](const auto& o) { return o.size; }); }
+int dadt_local_rank(void) { return GeometryOr([](const auto& o) { return o.local_rank; }); }
+int dadt_local_size(void) { return GeometryOr([](const auto& o) { return o.local_size; }); }
+int dadt_cross_rank(void) { return GeometryOr([](const auto& o) { return o.cross_rank; }); }
+int dadt_cross_size(void) { return GeometryOr([](const auto& o) { return o.cross_size; }); }
 const char* dadt_backend_name(void) {
   auto rt = GetRunning();
   return rt ? rt->options().engines.host_data_plane.c_str() : nullptr;
@@ -335,7 +328,7 @@ int dadt_cuda_copy_batch(const uintptr_t* src, const uintptr_t* dst, const int64
 
 int dadt_start_timeline(const char* path, int mark_cycles) {
   auto rt = GetRunning();
-  if (!rt) return Fail(dadt::PreconditionFailed("dadt has not been initialized; use dadt.init()."));
+  if (!rt) return Fail(NotInitialized());
   Status s = rt->StartTimeline(path ? path : "", mark_cycles != 0);
   return s.ok() ? DADT_OK : Fail(s);
 }
@@ -368,19 +361,58 @@ int dadt_env_fusion_threshold(int64_t* bytes, int* is_set) {
 
 int dadt_set_fusion_params(int64_t fusion_threshold_bytes, double cycle_time_ms) {
   auto rt = GetRunning();
-  if (!rt) return Fail(dadt::PreconditionFailed("dadt has not been initialized; use dadt.init()."));
+  if (!rt) return Fail(NotInitialized());
   Status s = rt->SetFusionParams(fusion_threshold_bytes, cycle_time_ms);
   return s.ok() ? DADT_OK : Fail(s);
 }
 
+int dadt_add_process_set(const int32_t* ranks, int n, int32_t* id) {
+  auto rt = GetRunning();
+  if (!rt) return Fail(NotInitialized());
+  if (n < 0 || (n > 0 && !ranks)) return Fail(dadt::InvalidArgument("add_process_set: no ranks"));
+  auto added = rt->AddProcessSet(std::vector<int>(ranks, ranks + n));
+  if (!added.ok()) return Fail(added.status());
+  if (id) *id = *added;
+  return DADT_OK;
+}
+
+int dadt_remove_process_set(int32_t id, int* removed) {
+  auto rt = GetRunning();
+  if (!rt) return Fail(NotInitialized());
+  auto done = rt->RemoveProcessSet(id);
+  if (!done.ok()) return Fail(done.status());
+  if (removed) *removed = *done ? 1 : 0;
+  return DADT_OK;
+}
+
+int dadt_process_set_ids(int32_t* out, int n) {
+  auto rt = GetRunning();
+  if (!rt) return (Fail(NotInitialized()), -1);
+  const std::vector<int32_t> ids = rt->process_sets().ids();
+  for (int i = 0; out != nullptr && i < n && i < static_cast<int>(ids.size()); ++i) out[i] = ids[i];
+  return static_cast<int>(ids.size());
+}
+
+int dadt_process_set_ranks(int32_t id, int32_t* out, int n) {
+  auto rt = GetRunning();
+  if (!rt) return (Fail(NotInitialized()), -1);
+  auto set = rt->process_sets().Find(id);
+  const std::string id_text = std::to_string(id);
+  if (!set) return (Fail(dadt::InvalidArgument("process set " + id_text + " is not registered")), -1);
+  for (int i = 0; out != nullptr && i < n && i < set->size(); ++i) out[i] = set->ranks[i];
+  return set->size();
+}
+
 int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTensor* output) {
   auto rt = GetRunning();
-  if (!rt) {
-    Fail(dadt::PreconditionFailed("dadt has not been initialized; use dadt.init()."));
-    return -1;
-  }
+  if (!rt) return (Fail(NotInitialized()), -1);
   dadt::core::TensorEntry e;
   dadt::core::Request& r = e.request;
+  if (desc->op_type < DADT_OP_ALLREDUCE || desc->op_type > DADT_OP_JOIN) {
+    Fail(dadt::InvalidArgument("unknown op_type " + std::to_string(desc->op_type) +
+                               " (process sets: dadt_add_process_set, dadt_remove_process_set)"));
+    return -1;
+  }
   r.op = static_cast<dadt::OpType>(desc->op_type);
   r.name = desc->name ? desc->name : "";
   r.reduce_op = static_cast<dadt::ReduceOp>(desc->reduce_op);
@@ -391,6 +423,9 @@ int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTe
   r.group_size = desc->group_size;
   if (desc->splits && desc->num_splits > 0) r.splits.assign(desc->splits, desc->splits + desc->num_splits);
   const bool has_stream = desc->struct_size >= offsetof(dadt_op_desc, staged_device) + sizeof(int32_t);
+  if (desc->struct_size >= offsetof(dadt_op_desc, process_set_id) + sizeof(int32_t)) {
+    r.process_set_id = desc->process_set_id;
+  }
   if (has_stream) {
     e.stream = desc->stream;
     if (desc->staged_device >= 0) r.device = dadt::kStagedGpuDevice;
@@ -434,7 +469,7 @@ int dadt_wait(int64_t handle, char* msg, size_t msg_len) {
 
 int dadt_wait_for(int64_t handle, int64_t timeout_ms, char* msg, size_t msg_len) {
   auto rt = Get();
-  if (!rt) return Fail(dadt::PreconditionFailed("dadt has not been initialized; use dadt.init()."));
+  if (!rt) return Fail(NotInitialized());
   Status s;
   if (timeout_ms < 0) {
     s = rt->handles().Wait(handle);

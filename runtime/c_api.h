@@ -101,6 +101,9 @@ typedef struct dadt_op_desc {
   /* >= 0: the framework tensor is on this CUDA device and the front end passes a host copy (the
    * job has no GPU data plane); negotiation then refuses ranks that pass a CPU tensor. -1: none. */
   int32_t staged_device;
+  /* The process set the collective runs in (dadt_add_process_set); 0, the default, is the global
+   * set. A broadcast's root_rank stays a global rank, which must be a member. */
+  int32_t process_set_id;
 } dadt_op_desc;
 
 void dadt_init_options_default(dadt_init_options* options);
@@ -188,6 +191,23 @@ int dadt_stop_timeline(void);
  * keeps that knob. Rank 0 applies them before its next negotiation round (only its coordinator
  * uses them); other ranks validate and return DADT_OK. Stops a running autotuner. */
 int dadt_set_fusion_params(int64_t fusion_threshold_bytes, double cycle_time_ms);
+
+/* Process sets (docs/process-sets.md). Adding and removing are collective over the global set:
+ * every rank calls them in the same order with the same arguments; they block until the change
+ * is applied on this rank (call them without holding any interpreter lock).
+ * dadt_add_process_set: registers the set of `n` global ranks and writes its id. The
+ * coordinator's refusals (ranks disagree, a rank outside the job or listed twice, empty, a set of
+ * these ranks exists: "duplicate process set: ranks [...] are already process set N") are
+ * DADT_ERR_INVALID_ARGUMENT on every rank.
+ * dadt_remove_process_set: writes 1 when the set was removed, 0 when it was not registered;
+ * DADT_ERR_INVALID_ARGUMENT for id 0. The set's pending collectives fail.
+ * dadt_process_set_ids: the registered ids, ascending (0 first): copies min(n, count) and
+ * returns the count (-1 when not initialized). dadt_process_set_ranks: the set's global ranks,
+ * ascending, the same way; -1 (with dadt_last_error) when the set is not registered. */
+int dadt_add_process_set(const int32_t* ranks, int n, int32_t* id);
+int dadt_remove_process_set(int32_t id, int* removed);
+int dadt_process_set_ids(int32_t* out, int n);
+int dadt_process_set_ranks(int32_t id, int32_t* out, int n);
 
 /* Enqueues a collective; returns a handle >= 0 or -1 (see dadt_last_error and
  * dadt_last_error_code). input: the tensor (NULL for barrier and join). output: allreduce and

@@ -8,6 +8,8 @@
 //
 // Errors raise _core.CoreError (a RuntimeError) with `.code` (a DADT_ERR_* value) and `.message`
 // (the runtime's text, verbatim); dadt/common/exceptions.py maps codes to Python exception types.
+// The process-set calls raise ValueError directly for refusals (ERR_INVALID_ARGUMENT), as their
+// contract with dadt.common says.
 //
 // The GIL is released around every call that may block or take a runtime lock (init, shutdown,
 // enqueue, wait), so the runtime's loop thread and other Python threads keep going.
@@ -134,7 +136,7 @@ std::vector<std::string> BuiltBackends() {
 int64_t Enqueue(int op_type, const std::string& name, py::handle input, py::handle output,
                 int reduce_op, double prescale, double postscale, int root_rank,
                 std::optional<std::vector<int64_t>> splits, int64_t group_id, int group_size,
-                uintptr_t stream, int staged_device) {
+                uintptr_t stream, int staged_device, int32_t process_set_id) {
   const DLTensor* in = TensorFromCapsule(input, "input");
   const DLTensor* out = TensorFromCapsule(output, "output");
   dadt_op_desc desc;
@@ -151,6 +153,7 @@ int64_t Enqueue(int op_type, const std::string& name, py::handle input, py::hand
   desc.group_size = group_size;
   desc.stream = stream;
   desc.staged_device = staged_device;
+  desc.process_set_id = process_set_id;
   int64_t handle;
   {
     py::gil_scoped_release release;
@@ -158,6 +161,51 @@ int64_t Enqueue(int op_type, const std::string& name, py::handle input, py::hand
   }
   if (handle < 0) ThrowLastError();
   return handle;
+}
+
+// Process sets: a refusal (DADT_ERR_INVALID_ARGUMENT) raises ValueError with the runtime's
+// message; any other failure raises CoreError.
+[[noreturn]] void ThrowProcessSetError() {
+  if (dadt_last_error_code() == DADT_ERR_INVALID_ARGUMENT) throw py::value_error(dadt_last_error());
+  ThrowLastError();
+}
+
+int32_t AddProcessSet(const std::vector<int32_t>& ranks) {
+  int32_t id = -1;
+  int rc;
+  {
+    py::gil_scoped_release release;
+    rc = dadt_add_process_set(ranks.data(), static_cast<int>(ranks.size()), &id);
+  }
+  if (rc != DADT_OK) ThrowProcessSetError();
+  return id;
+}
+
+bool RemoveProcessSet(int32_t id) {
+  int removed = 0;
+  int rc;
+  {
+    py::gil_scoped_release release;
+    rc = dadt_remove_process_set(id, &removed);
+  }
+  if (rc != DADT_OK) ThrowProcessSetError();
+  return removed == 1;
+}
+
+std::vector<int32_t> ProcessSetIds() {
+  const int n = dadt_process_set_ids(nullptr, 0);
+  if (n < 0) ThrowLastError();
+  std::vector<int32_t> ids(n);
+  if (n > 0) dadt_process_set_ids(ids.data(), n);
+  return ids;
+}
+
+std::vector<int32_t> ProcessSetRanks(int32_t id) {
+  const int n = dadt_process_set_ranks(id, nullptr, 0);
+  if (n < 0) ThrowProcessSetError();
+  std::vector<int32_t> ranks(n);
+  if (n > 0) dadt_process_set_ranks(id, ranks.data(), n);
+  return ranks;
 }
 
 bool Poll(int64_t handle) {
@@ -362,10 +410,20 @@ PYBIND11_MODULE(_core, m) {
         py::arg("output") = py::none(), py::arg("reduce_op") = DADT_REDUCE_AVERAGE,
         py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("root_rank") = 0,
         py::arg("splits") = py::none(), py::arg("group_id") = -1, py::arg("group_size") = 0,
-        py::arg("stream") = 0, py::arg("staged_device") = -1,
+        py::arg("stream") = 0, py::arg("staged_device") = -1, py::arg("process_set_id") = 0,
         "Enqueues a collective on DLPack capsules (not consumed); returns its handle. GPU "
         "tensors: `stream` is the framework's current cudaStream_t; `staged_device` >= 0 marks a "
-        "host copy of a tensor on that GPU.");
+        "host copy of a tensor on that GPU. `process_set_id`: the set it runs in (0: global).");
+  m.def("add_process_set", &AddProcessSet, py::arg("ranks"),
+        "Collective over the global set: registers the set of these global ranks, blocking (GIL "
+        "released) until it is applied here; returns its id. ValueError for the coordinator's "
+        "refusals (ranks disagree, bad or repeated rank, empty, duplicate set).");
+  m.def("remove_process_set", &RemoveProcessSet, py::arg("process_set_id"),
+        "Collective over the global set: True when the set was removed, False when it was not "
+        "registered; ValueError for id 0.");
+  m.def("process_set_ids", &ProcessSetIds, "The registered process set ids, ascending (0 first).");
+  m.def("process_set_ranks", &ProcessSetRanks, py::arg("process_set_id"),
+        "The set's global ranks, ascending; ValueError when it is not registered.");
   m.def("device_backend", [] {
     const char* name = dadt_device_backend();
     return name ? py::object(py::str(name)) : py::object(py::none());

@@ -64,6 +64,13 @@ struct BackendOptions : JobGeometry {
   // communicators split the job's by this color (MPI_Comm_split), the others meet under
   // store_prefix, which names the group.
   int group_color = -1;
+  // Not empty: this backend serves a process set (runtime/core/process_sets.h) of these global
+  // ranks (ascending; rank/size above are within the set), and only its members create it.
+  // Engines with communicators derive the set's from the job's, collectively over the members
+  // only (MPI_Comm_create_group with `member_tag`, the set's registration sequence number); the
+  // others meet under store_prefix, which names the set.
+  std::vector<int> member_ranks;
+  int member_tag = 0;
   // Engines for device memory (NCCL): the CUDA device ordinal and the stream (a cudaStream_t as
   // an integer) their collectives go on. -1 / 0 for host engines.
   int device = -1;

@@ -66,6 +66,8 @@ const char* OpTypeName(OpType op) {
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kBarrier: return "barrier";
     case OpType::kJoin: return "join";
+    case OpType::kProcessSetAdd: return "process_set_add";
+    case OpType::kProcessSetRemove: return "process_set_remove";
   }
   return "unknown";
 }

@@ -50,6 +50,10 @@ enum class OpType : int32_t {
   kReducescatter = 4,
   kBarrier = 5,
   kJoin = 6,
+  // Process sets (docs/process-sets.md): negotiated on the global set like a barrier. An add
+  // carries the new set's global ranks in Request::splits, a remove the set's id in Request::root.
+  kProcessSetAdd = 7,
+  kProcessSetRemove = 8,
 };
 const char* OpTypeName(OpType op);
 

@@ -29,6 +29,35 @@ Status PrepareEntry(TensorEntry* entry, int rank, int size, const std::string& d
   return CheckDeviceReduction(*entry, device_data_plane);
 }
 
+Status PrepareEntryInSet(TensorEntry* entry, int global_rank, const ProcessSet& set) {
+  Request& r = entry->request;
+  const std::string of = std::string(OpTypeName(r.op)) + " of tensor '" + r.name + "'";
+  if (!set.included()) {
+    return InvalidArgument(of + ": rank " + std::to_string(global_rank) +
+                           " is not a member of " + set.Describe());
+  }
+  if (r.op == OpType::kJoin) {
+    return InvalidArgument("join() runs on the global process set only, not on " + set.Describe());
+  }
+  if (r.device >= 0) {
+    return Unimplemented(of + ": GPU tensors on the GPU data plane cannot run in " +
+                         set.Describe() + " yet (process sets run on the host data plane)");
+  }
+  const int32_t root = r.root;
+  if (r.op == OpType::kBroadcast) {
+    const int set_root = set.SetRankOf(root);
+    if (set_root < 0) {
+      return InvalidArgument(of + ": root rank " + std::to_string(root) + " is not a member of " +
+                             set.Describe());
+    }
+    r.root = set_root;
+  }
+  Status s = PrepareEntry(entry, set.set_rank, set.size());
+  r.rank = global_rank;
+  r.root = root;
+  return s;
+}
+
 Status CheckOutputView(TensorEntry* entry) {
   const TensorEntry::OutputView& out = entry->output_view;
   if (!out.given) return Status::OK();
@@ -103,7 +132,14 @@ Status ValidateEntry(const TensorEntry& e, int rank, int size) {
                              " rows (" + std::to_string(bytes) + " bytes)");
     }
   }
-  if (r.op != OpType::kBarrier && r.op != OpType::kJoin && e.input == nullptr &&
+  const bool set_op = r.op == OpType::kProcessSetAdd || r.op == OpType::kProcessSetRemove;
+  if (set_op && r.process_set_id != 0) {
+    // What the set's ranks or id are worth is the coordinator's to say, on every rank alike.
+    return InvalidArgument(std::string(OpTypeName(r.op)) + " '" + r.name +
+                           "' runs on the global process set (id 0), not on process set " +
+                           std::to_string(r.process_set_id));
+  }
+  if (r.op != OpType::kBarrier && r.op != OpType::kJoin && !set_op && e.input == nullptr &&
       NumElements(r.shape) > 0) {
     return InvalidArgument("tensor " + quoted + ": an input buffer is required");
   }

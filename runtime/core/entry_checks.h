@@ -12,6 +12,7 @@
 #include <string>
 
 #include "runtime/common/status.h"
+#include "runtime/core/process_sets.h"
 #include "runtime/core/tensor_queue.h"
 
 namespace dadt {
@@ -23,6 +24,14 @@ namespace core {
 // with the job's device data plane ("nccl", or empty when GPU tensors are staged).
 Status PrepareEntry(TensorEntry* entry, int rank, int size,
                     const std::string& device_data_plane = "");
+
+// PrepareEntry for a collective of process set `set` (not the global one) on global rank
+// `global_rank`: InvalidArgument when this rank is not a member, for join() (global set only), for
+// a broadcast root (a global rank) that is not a member, and for a tensor on the GPU data plane
+// (process sets run on the host data plane); then PrepareEntry with the set rank and size (even
+// alltoall splits and their count, reducescatter rows, are the set's). request.rank and root stay
+// global.
+Status PrepareEntryInSet(TensorEntry* entry, int global_rank, const ProcessSet& set);
 
 // The output tensor the caller gave (entry->output_view): on the input's device; for allgather and
 // reducescatter in host memory with the input's dtype and every dimension but the first (the first

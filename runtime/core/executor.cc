@@ -77,7 +77,7 @@ void Executor::Complete(TensorQueue* queue, HandleTable* handles, const std::str
 }
 
 void Executor::Finish(TensorEntry& entry, HandleResult result) {
-  Complete(queue_, handles_, entry.request.name, entry.handle, std::move(result));
+  Complete(queue_, handles_, EntryKey(entry.request), entry.handle, std::move(result));
 }
 
 Status Executor::Execute(const Response& r, EntryMap& entries) {
@@ -227,6 +227,16 @@ StatusOr<HandleResult> Executor::RunEntry(const Response& r, TensorEntry& e) {
     case Response::Type::kAlltoall: return Alltoall(r, e);
     case Response::Type::kReducescatter: return Reducescatter(r, e);
     case Response::Type::kBarrier: return HandleResult{};
+    case Response::Type::kProcessSetAdd: {  // applied to the table before (SetBackends)
+      HandleResult added;
+      added.int_result = r.root;
+      return added;
+    }
+    case Response::Type::kProcessSetRemove: {
+      HandleResult removed;
+      removed.int_result = r.sizes.empty() ? 0 : r.sizes[0];
+      return removed;
+    }
     default: return InternalError("unexpected response type");
   }
 }

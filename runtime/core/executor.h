@@ -52,7 +52,8 @@ class Executor {
   void Finish(TensorEntry& entry, HandleResult result);
   // The one way a tensor is completed: its name leaves the queue's in-flight set, then its handle
   // gets `result` (waking its waiter). Any thread (the queue and the handle table lock).
-  static void Complete(TensorQueue* queue, HandleTable* handles, const std::string& name,
+  // `key` is the tensor's EntryKey.
+  static void Complete(TensorQueue* queue, HandleTable* handles, const std::string& key,
                        int64_t handle, HandleResult result);
 
   // GPU tensors go to a DeviceExecutor running `engine` ("nccl"), created over `options` (the

@@ -9,7 +9,8 @@ namespace {
 bool Compatible(const Response& a, const Response& b) {
   return a.type == Response::Type::kAllreduce && b.type == Response::Type::kAllreduce &&
          a.dtype == b.dtype && a.reduce_op == b.reduce_op && a.prescale == b.prescale &&
-         a.postscale == b.postscale && a.device == b.device;
+         a.postscale == b.postscale && a.device == b.device &&
+         a.process_set_id == b.process_set_id;
 }
 
 void Append(Response& bucket, Response& r) {

@@ -38,7 +38,7 @@ Lanes::~Lanes() {
 }
 
 bool Lanes::Runs(const Response& r) {
-  return Executor::MovesData(r.type) && !r.eager && r.device < 0;
+  return Executor::MovesData(r.type) && !r.eager && r.device < 0 && r.process_set_id == 0;
 }
 
 void Lanes::Submit(const Response& r, EntryMap entries) {

@@ -50,7 +50,8 @@ class Lanes {
   Lanes(const Lanes&) = delete;
   Lanes& operator=(const Lanes&) = delete;
 
-  // Whether a lane may run `r`: a collective of CPU tensors that moves data, not eager.
+  // Whether a lane may run `r`: a collective of CPU tensors of the global set that moves data,
+  // not eager. Other process sets' collectives run on the loop thread (set_backends.h).
   static bool Runs(const Response& r);
   // Queues `r` with the entries it consumes (this rank's, taken out of the loop's map).
   void Submit(const Response& r, EntryMap entries);

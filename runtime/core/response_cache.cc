@@ -1,7 +1,18 @@
 #include "runtime/core/response_cache.h"
 
+#include <cstring>
+
 namespace dadt {
 namespace core {
+namespace {
+
+std::string TensorKey(const Request& req) {
+  std::string key(sizeof(req.process_set_id), '\0');
+  std::memcpy(key.data(), &req.process_set_id, sizeof(req.process_set_id));
+  return key + req.name;
+}
+
+}  // namespace
 
 ResponseCache::ResponseCache(int64_t capacity) : slots_(capacity > 0 ? capacity : 0) {}
 
@@ -14,7 +25,7 @@ void ResponseCache::SetActive(bool on) {
 
 std::optional<CachedRef> ResponseCache::Lookup(const Request& req) const {
   if (!enabled() || !req.Cacheable()) return std::nullopt;
-  auto it = by_name_.find(req.name);
+  auto it = by_name_.find(TensorKey(req));
   if (it == by_name_.end()) return std::nullopt;
   const Slot& s = slots_[it->second];
   if (!s.request.SameSignature(req)) return std::nullopt;
@@ -31,7 +42,7 @@ const Request* ResponseCache::Resolve(const CachedRef& ref) {
 
 CachedRef ResponseCache::Assign(const Request& req) {
   int32_t slot = -1;
-  auto it = by_name_.find(req.name);
+  auto it = by_name_.find(TensorKey(req));
   if (it != by_name_.end()) {
     slot = it->second;
   } else {
@@ -59,8 +70,8 @@ void ResponseCache::Put(const CachedRef& ref, const Request& req) {
 
 void ResponseCache::Store(int32_t slot, uint32_t generation, const Request& req) {
   Slot& s = slots_[slot];
-  if (s.used) by_name_.erase(s.request.name);
-  auto old = by_name_.find(req.name);
+  if (s.used) by_name_.erase(TensorKey(s.request));
+  auto old = by_name_.find(TensorKey(req));
   if (old != by_name_.end() && old->second != slot) slots_[old->second].used = false;
   s.used = true;
   s.generation = generation;
@@ -69,7 +80,7 @@ void ResponseCache::Store(int32_t slot, uint32_t generation, const Request& req)
   s.request.rank = 0;
   s.request.data.clear();  // payloads travel per call; the cache keeps the signature only
   s.request.eager = false;
-  by_name_[req.name] = slot;
+  by_name_[TensorKey(req)] = slot;
 }
 
 }  // namespace core

@@ -55,6 +55,10 @@ class ResponseCache {
   void Store(int32_t slot, uint32_t generation, const Request& req);
 
   std::vector<Slot> slots_;
+  // By tensor: the process set id's 4 bytes, then the name (the same name in two sets is two
+  // tensors; the fixed-width prefix keeps the key unambiguous).
+  // By tensor: the process set id's 4 bytes, then the name (the same name in two sets is two
+  // tensors; the fixed-width prefix keeps the key unambiguous).
   std::unordered_map<std::string, int32_t> by_name_;
   uint64_t clock_ = 0;
   bool active_ = true;

@@ -49,6 +49,12 @@ Status LanesAndExecutor::DrainLanes() {
 }
 
 Status LanesAndExecutor::RunHere(const Response& response, EntryMap& entries) {
+  if (sets_ != nullptr && SetBackends::Changes(response.type)) {
+    return sets_->ApplyFromLoop(response, entries);
+  }
+  if (sets_ != nullptr && response.process_set_id != 0) {
+    return sets_->ExecuteFromLoop(response, entries);
+  }
   return executor_->Execute(response, entries);
 }
 
@@ -83,7 +89,7 @@ Status ResponseDispatcher::Dispatch(const std::vector<Response>& responses, Entr
 void ResponseDispatcher::MarkNegotiated(const Response& resp, const EntryMap& entries) const {
   const int64_t t = timeline::NowMicros();
   for (const std::string& name : resp.names) {
-    auto e = entries.find(name);
+    auto e = entries.find(EntryKey(resp.process_set_id, name));
     if (e == entries.end()) continue;
     events_->Emit({t, timeline::Phase::kEnd, name,
                    timeline::NegotiateActivity(OpTypeName(e->second.request.op)),
@@ -94,7 +100,7 @@ void ResponseDispatcher::MarkNegotiated(const Response& resp, const EntryMap& en
 void ResponseDispatcher::FillReplica(const Response& resp, const EntryMap& entries) {
   for (size_t i = 0; i < resp.names.size() && i < resp.cache_slots.size(); ++i) {
     if (resp.cache_slots[i] < 0) continue;
-    auto e = entries.find(resp.names[i]);
+    auto e = entries.find(EntryKey(resp.process_set_id, resp.names[i]));
     if (e != entries.end()) {
       replica_->Put(CachedRef{resp.cache_slots[i], resp.cache_generations[i]}, e->second.request);
     }

@@ -9,7 +9,8 @@
 //  3. Route (RouteFor): a CPU collective that moves data goes to a lane with this rank's entries
 //     for it; an eager allreduce of CPU tensors runs here at once (its result came with the
 //     response, so it touches no connection and need not wait); anything else -- join, barrier,
-//     mismatch error, GPU -- is a fence: the lanes drain first, then it runs here.
+//     mismatch error, GPU, a process set's add or remove or collective -- is a fence: the lanes
+//     drain first, then it runs here.
 // A failure stops the list: the caller aborts the job, and the entries of responses not run yet
 // stay in the map for it to fail.
 //
@@ -30,6 +31,7 @@
 #include "runtime/core/lanes.h"
 #include "runtime/core/negotiation/message.h"
 #include "runtime/core/response_cache.h"
+#include "runtime/core/set_backends.h"
 #include "runtime/core/tensor_queue.h"
 #include "timeline/event.h"
 
@@ -59,10 +61,13 @@ class ResponseRunner {
   virtual Status RunHere(const Response& response, EntryMap& entries) = 0;
 };
 
-// The runtime's runner: `lanes` (null when the loop thread runs everything) and `executor`.
+// The runtime's runner: `lanes` (null when the loop thread runs everything), `executor` (the
+// global set's) and `sets` (may be null: the global set only), which applies adds and removes of
+// process sets and runs the other sets' responses.
 class LanesAndExecutor final : public ResponseRunner {
  public:
-  LanesAndExecutor(Lanes* lanes, Executor* executor) : lanes_(lanes), executor_(executor) {}
+  LanesAndExecutor(Lanes* lanes, Executor* executor, SetBackends* sets = nullptr)
+      : lanes_(lanes), executor_(executor), sets_(sets) {}
   bool has_lanes() const override { return lanes_ != nullptr; }
   void RunOnLane(const Response& response, EntryMap entries) override;
   Status DrainLanes() override;
@@ -71,6 +76,7 @@ class LanesAndExecutor final : public ResponseRunner {
  private:
   Lanes* lanes_;
   Executor* executor_;
+  SetBackends* sets_;
 };
 
 class ResponseDispatcher {

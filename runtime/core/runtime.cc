@@ -27,6 +27,7 @@ void Runtime::Shutdown() {
 
 void Runtime::ReleaseEnginesAfterLoop() {
   lanes_.reset();  // drains and joins the lane threads; their forks go before the backend
+  if (sets_) sets_->ReleaseAll();  // the next init() starts with the global set only
   backend_.reset();
   channel_.reset();
   scoped_store_.reset();
@@ -65,8 +66,18 @@ void Runtime::ApplyFusionParamsFromLoop() {
 }
 
 StatusOr<int64_t> Runtime::Enqueue(TensorEntry entry) {
-  DADT_RETURN_IF_ERROR(PrepareEntry(&entry, options_.rank, options_.size,
-                                    options_.engines.device_data_plane));
+  const int32_t set_id = entry.request.process_set_id;
+  if (set_id == 0) {
+    DADT_RETURN_IF_ERROR(PrepareEntry(&entry, options_.rank, options_.size,
+                                      options_.engines.device_data_plane));
+  } else {
+    std::optional<ProcessSet> set = sets_->Find(set_id);
+    if (!set) {
+      return InvalidArgument("process set " + std::to_string(set_id) +
+                             " is not registered (removed?)");
+    }
+    DADT_RETURN_IF_ERROR(PrepareEntryInSet(&entry, options_.rank, *set));
+  }
   entry.handle = handles_.Create();
   entry.enqueue_us = timeline::NowMicros();
   const int64_t h = entry.handle;
@@ -78,9 +89,40 @@ StatusOr<int64_t> Runtime::Enqueue(TensorEntry entry) {
   return h;
 }
 
+StatusOr<int64_t> Runtime::RunSetChange(TensorEntry entry) {
+  entry.request.name = "dadt.process_set." + std::to_string(set_changes_++);
+  auto h = Enqueue(std::move(entry));
+  if (!h.ok()) return h.status();
+  Status s = handles_.Wait(*h);
+  const int64_t result = handles_.IntResult(*h);
+  handles_.Release(*h);
+  // The coordinator's refusals (disagreement, bad ranks, duplicates) are bad arguments.
+  if (s.code() == StatusCode::kMismatch) return InvalidArgument(s.message());
+  if (!s.ok()) return s;
+  return result;
+}
+
+StatusOr<int32_t> Runtime::AddProcessSet(const std::vector<int>& ranks) {
+  TensorEntry e;
+  e.request.op = OpType::kProcessSetAdd;
+  e.request.splits.assign(ranks.begin(), ranks.end());
+  auto id = RunSetChange(std::move(e));
+  if (!id.ok()) return id.status();
+  return static_cast<int32_t>(*id);
+}
+
+StatusOr<bool> Runtime::RemoveProcessSet(int32_t id) {
+  TensorEntry e;  // id 0 is refused by the coordinator, on every rank alike
+  e.request.op = OpType::kProcessSetRemove;
+  e.request.root = id;
+  auto removed = RunSetChange(std::move(e));
+  if (!removed.ok()) return removed.status();
+  return *removed == 1;
+}
+
 void Runtime::FailAllFromLoop(const Status& status) {
   DADT_DCHECK_ON_LOOP(loop_checker_);
-  for (TensorEntry& e : queue_.Close(status)) entries_.emplace(e.request.name, std::move(e));
+  for (TensorEntry& e : queue_.Close(status)) entries_.emplace(EntryKey(e.request), std::move(e));
   for (auto& kv : entries_) {
     HandleResult r;
     r.status = status;
@@ -205,8 +247,8 @@ void Runtime::SubmitQueuedFromLoop(Clock::time_point now) {
     } else {
       negotiator_->Submit(req);
     }
-    std::string name = req.name;
-    entries_.emplace(std::move(name), std::move(e));
+    std::string key = EntryKey(req);
+    entries_.emplace(std::move(key), std::move(e));
   }
   if (shutdown_requested_ && !shutdown_sent_) {
     shutdown_sent_ = true;

@@ -51,6 +51,7 @@
 #include "runtime/core/response_cache.h"
 #include "runtime/core/response_dispatcher.h"
 #include "runtime/core/runtime_options.h"
+#include "runtime/core/set_backends.h"
 #include "runtime/core/tensor_queue.h"
 #include "runtime/core/timeline_control.h"
 #include "runtime/core/negotiation/worker_negotiator.h"
@@ -86,6 +87,17 @@ class Runtime {
   // thread before its next negotiation round and every rank follows from there; other ranks only
   // validate. A running autotuner stops (a knob set by hand is never tuned). Any thread.
   Status SetFusionParams(int64_t fusion_threshold_bytes, double cycle_time_ms);
+
+  // Process sets (docs/process-sets.md). Collective over the global set: every rank calls them
+  // in the same order with the same arguments; they block until the negotiated change is applied
+  // on this rank. AddProcessSet returns the new set's id; InvalidArgument with the coordinator's
+  // message when the ranks disagree, a rank is outside the job or listed twice, the list is
+  // empty or a set of these ranks exists. RemoveProcessSet returns true when the set was
+  // registered, false when not; InvalidArgument for id 0. Any framework thread.
+  StatusOr<int32_t> AddProcessSet(const std::vector<int>& ranks);
+  StatusOr<bool> RemoveProcessSet(int32_t id);
+  // The registered sets (any thread).
+  const SetBackends& process_sets() const { return *sets_; }
 
   HandleTable& handles() { return handles_; }
   const RuntimeOptions& options() const { return options_; }
@@ -138,6 +150,7 @@ class Runtime {
   std::unique_ptr<Coordinator> coordinator_;      // rank 0 only
   std::unique_ptr<WorkerNegotiator> negotiator_;  // every other rank
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<SetBackends> sets_;  // the process sets; their backends go before backend_
   // Runs CPU collectives two (gloo_threads) at a time; null when the loop runs them all itself.
   // Declared after backend_: its forks go first.
   std::unique_ptr<Lanes> lanes_;
@@ -152,6 +165,10 @@ class Runtime {
 
   LoopThreadChecker loop_checker_;
   EntryMap entries_;  // loop thread: what this rank has drained and not finished
+
+  // Blocks on a process-set add or remove entry; its integer result.
+  StatusOr<int64_t> RunSetChange(TensorEntry entry);
+  std::atomic<int64_t> set_changes_{0};  // names the k-th add or remove: "dadt.process_set.<k>"
 
   std::atomic<bool> shutdown_requested_{false};
   bool shutdown_sent_ = false;

@@ -51,12 +51,14 @@ Runtime::Runtime(Engines engines)
   executor_ = std::make_unique<Executor>(backend_.get(), options_.rank, options_.size, &handles_,
                                          &queue_, &events_);
   executor_->EnableDevice(options_.engines.device_data_plane, engines.backend_options);
+  sets_ = std::make_unique<SetBackends>(options_.engines.host_data_plane, engines.backend_options,
+                                        executor_.get(), &handles_, &queue_, &events_);
   if (options_.size > 1) {
     lanes_ = Lanes::Create(backend_.get(), static_cast<int>(options_.gloo_threads), options_.rank,
                            options_.size, &handles_, &queue_, &events_,
                            options_.UsesRealtimeThreads(), [this] { queue_.Wake(); });
   }
-  runner_ = std::make_unique<LanesAndExecutor>(lanes_.get(), executor_.get());
+  runner_ = std::make_unique<LanesAndExecutor>(lanes_.get(), executor_.get(), sets_.get());
   // Rank 0's replica is the coordinator's own cache, which it fills as it assigns.
   dispatcher_ = std::make_unique<ResponseDispatcher>(
       runner_.get(), &events_, coordinator_ ? nullptr : &cache_, [this](const Response& r) {

@@ -16,9 +16,11 @@ Status TensorQueue::Push(TensorEntry entry) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_.ok()) return closed_;
-    if (!in_flight_.insert(entry.request.name).second) {
-      return InvalidArgument("a collective named '" + entry.request.name +
-                             "' is already in flight on this rank; names must be unique among "
+    if (!in_flight_.insert(EntryKey(entry.request)).second) {
+      const int32_t set = entry.request.process_set_id;
+      return InvalidArgument("a collective named '" + entry.request.name + "' is already in flight " +
+                             (set == 0 ? std::string() : "in process set " + std::to_string(set) + " ") +
+                             "on this rank; names must be unique among "
                              "pending collectives (synchronize the first one, or pick another name)");
     }
     pending_.push_back(std::move(entry));
@@ -42,9 +44,17 @@ std::vector<TensorEntry> TensorQueue::Close(Status reason) {
   return out;
 }
 
-void TensorQueue::Finish(const std::string& name) {
+void TensorQueue::Finish(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  in_flight_.erase(name);
+  in_flight_.erase(key);
+}
+
+std::string EntryKey(int32_t process_set_id, const std::string& name) {
+  if (process_set_id == 0) return name;
+  std::string key = name;
+  key.push_back('\0');
+  key += std::to_string(process_set_id);
+  return key;
 }
 
 void TensorQueue::Wake() {

@@ -1,6 +1,7 @@
 // TensorQueue: the hand-off from framework threads to the loop thread.
 //
-// Enqueue (any thread) checks that the name is not already in flight on this rank — a duplicate is
+// Enqueue (any thread) checks that the name is not already in flight in its process set on this
+// rank (EntryKey) — a duplicate is
 // refused at once with InvalidArgument, before anything is sent — then appends the entry and wakes
 // the loop thread through an eventfd that the loop polls together with its sockets. The loop thread
 // drains all new entries in one go (so a burst of gradients becomes one message) and calls Finish
@@ -41,8 +42,14 @@ struct TensorEntry {
   } output_view;
 };
 
-// The entries a rank has in flight (drained, not finished), by tensor name.
+// The entries a rank has in flight (drained, not finished), by EntryKey.
 using EntryMap = std::unordered_map<std::string, TensorEntry>;
+
+// What identifies a tensor in flight on a rank: its process set and its name (the same name may
+// be in flight in two sets at once). The global set's key is the name itself; another set's is
+// the name, a NUL (which no name holds: names cross the C API as C strings) and the set id.
+std::string EntryKey(int32_t process_set_id, const std::string& name);
+inline std::string EntryKey(const Request& r) { return EntryKey(r.process_set_id, r.name); }
 
 class TensorQueue {
  public:
@@ -56,7 +63,8 @@ class TensorQueue {
   // Refuses every later Push with `reason` and returns what was still queued.
   std::vector<TensorEntry> Close(Status reason);
   std::vector<TensorEntry> Drain();
-  void Finish(const std::string& name);
+  // `key`: the finished tensor's EntryKey.
+  void Finish(const std::string& key);
   // Wakes the loop thread without an entry (shutdown, configuration change).
   void Wake();
   // Clears the wake-up signal; call before Drain when the fd polled readable.

@@ -37,6 +37,11 @@ class _Host:
         self._names = names
         self.base_steps = 0
 
+    process_set = None  # the global set
+
+    def reducing_ranks(self):
+        return dadt.size()
+
     def name_of(self, p):
         return self._names[p]
 

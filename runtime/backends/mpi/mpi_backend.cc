@@ -35,6 +35,7 @@ bool Overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
 StatusOr<std::unique_ptr<Backend>> MpiBackend::Create(const BackendOptions& options) {
   auto level = EnsureInitialized();
   if (!level.ok()) return level.status();
+  if (!options.member_ranks.empty()) return CreateForMembers(options);
   // The job's data-plane communicator (or its split for a sub-group, which store_prefix names),
   // created by the first incarnation and kept for the later ones (mpi_env.h, JobComm).
   auto comm = options.group_color >= 0
@@ -55,8 +56,41 @@ StatusOr<std::unique_ptr<Backend>> MpiBackend::Create(const BackendOptions& opti
   return std::unique_ptr<Backend>(new MpiBackend(*comm, rank, size));
 }
 
-// comm_ is the job's (JobComm): kept for the next incarnation, freed with the job communicator.
-MpiBackend::~MpiBackend() = default;
+// A process set's backend: MPI_Comm_create_group is collective over the members only, unlike
+// MPI_Comm_dup and MPI_Comm_split, which every rank of the job would have to call.
+StatusOr<std::unique_ptr<Backend>> MpiBackend::CreateForMembers(const BackendOptions& options) {
+  MPI_Comm job =
+      options.native_comm == 0 ? MPI_COMM_WORLD : reinterpret_cast<MPI_Comm>(options.native_comm);
+  MPI_Group all = MPI_GROUP_NULL, members = MPI_GROUP_NULL;
+  MPI_Comm comm = MPI_COMM_NULL;
+  Status s = DADT_MPI_STATUS("comm_group", MPI_Comm_group(job, &all));
+  if (s.ok()) {
+    s = DADT_MPI_STATUS("group_incl",
+                        MPI_Group_incl(all, static_cast<int>(options.member_ranks.size()),
+                                       options.member_ranks.data(), &members));
+  }
+  if (s.ok()) {
+    s = DADT_MPI_STATUS("comm_create_group",
+                        MPI_Comm_create_group(job, members, options.member_tag, &comm));
+  }
+  if (s.ok()) s = DADT_MPI_STATUS("set_errhandler", MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  if (members != MPI_GROUP_NULL) MPI_Group_free(&members);
+  if (all != MPI_GROUP_NULL) MPI_Group_free(&all);
+  if (!s.ok()) {
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    return s;
+  }
+  int rank = -1, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  return std::unique_ptr<Backend>(new MpiBackend(comm, rank, size, /*owns_comm=*/true));
+}
+
+// The job's communicator (JobComm) is kept for the next incarnation and freed with the job
+// communicator; a process set's (CreateForMembers) is this backend's own.
+MpiBackend::~MpiBackend() {
+  if (owns_comm_ && comm_ != MPI_COMM_NULL && IsInitialized()) MPI_Comm_free(&comm_);
+}
 
 Status MpiBackend::CheckUsable() const {
   if (broken_.ok()) return Status::OK();

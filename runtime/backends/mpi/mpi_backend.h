@@ -59,6 +59,8 @@ namespace mpi {
 class MpiBackend final : public Backend {
  public:
   static StatusOr<std::unique_ptr<Backend>> Create(const BackendOptions& options);
+  // A process set's backend (options.member_ranks): called by the set's members only.
+  static StatusOr<std::unique_ptr<Backend>> CreateForMembers(const BackendOptions& options);
   ~MpiBackend() override;
 
   const char* Name() const override { return "MPI"; }
@@ -72,7 +74,8 @@ class MpiBackend final : public Backend {
   Status Barrier() override;
 
  private:
-  MpiBackend(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  MpiBackend(MPI_Comm comm, int rank, int size, bool owns_comm = false)
+      : comm_(comm), rank_(rank), size_(size), owns_comm_(owns_comm) {}
 
   Status CheckUsable() const;
   Status Finish(Status status);
@@ -86,6 +89,7 @@ class MpiBackend final : public Backend {
   MPI_Comm comm_;
   const int rank_;
   const int size_;
+  const bool owns_comm_;  // a process set's communicator; the job's is kept (mpi_env.h)
   Status broken_;
   std::vector<char> scratch_;  // Reducescatter's copy of an input that overlaps its output
 };

@@ -6,51 +6,10 @@
 #include "runtime/common/logging.h"
 #include "runtime/core/eager_reduce.h"
 #include "runtime/core/fusion_planner.h"
+#include "runtime/core/negotiation/validation.h"
 
 namespace dadt {
 namespace core {
-namespace {
-
-// "rank 0: [2, 3]; ranks 1, 2: [3]" — each distinct value once, with the ranks that hold it.
-template <typename F>
-std::string DescribeByRank(const std::vector<Request>& by_rank, F value_of) {
-  std::vector<std::pair<std::string, std::vector<int>>> groups;
-  for (const Request& r : by_rank) {
-    if (r.rank < 0) continue;
-    std::string v = value_of(r);
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == v; });
-    if (it == groups.end()) {
-      groups.push_back({v, {r.rank}});
-    } else {
-      it->second.push_back(r.rank);
-    }
-  }
-  std::ostringstream os;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    if (i) os << "; ";
-    os << (groups[i].second.size() == 1 ? "rank " : "ranks ");
-    for (size_t j = 0; j < groups[i].second.size(); ++j) os << (j ? ", " : "") << groups[i].second[j];
-    os << ": " << groups[i].first;
-  }
-  return os.str();
-}
-
-std::string DeviceString(int32_t d) {
-  if (d == kCpuDevice) return "CPU";
-  if (d == kStagedGpuDevice) return "GPU (staged through host memory)";
-  return "GPU " + std::to_string(d);
-}
-
-// What ranks must agree on: host, GPU on the GPU data plane, or GPU staged through the host.
-int32_t DeviceKind(int32_t d) { return d >= 0 ? 0 : d; }
-
-std::string ScaleString(const Request& r) {
-  std::ostringstream os;
-  os << "prescale " << r.prescale << ", postscale " << r.postscale;
-  return os.str();
-}
-
-}  // namespace
 
 Coordinator::Coordinator(int size, int64_t fusion_threshold_bytes,
                          std::chrono::microseconds cycle_time, ResponseCache* cache)
@@ -58,7 +17,24 @@ Coordinator::Coordinator(int size, int64_t fusion_threshold_bytes,
       fusion_threshold_(fusion_threshold_bytes),
       cycle_time_(cycle_time),
       cache_(cache),
+      sets_(size, /*my_rank=*/0),
       joined_(size, false) {}
+
+const std::vector<int>* Coordinator::Members(int32_t set_id) const {
+  const ProcessSet* set = sets_.Find(set_id);
+  return set == nullptr ? nullptr : &set->ranks;
+}
+
+void Coordinator::RefuseRequest(const Request& request, const std::string& why) {
+  Response resp;
+  resp.type = Response::Type::kError;
+  resp.names = {request.name};
+  resp.process_set_id = request.process_set_id;
+  resp.error = OpTypeName(request.op) + std::string(" of tensor ") +
+               QuotedTensor(request.process_set_id, request.name) + " from rank " +
+               std::to_string(request.rank) + " cannot be negotiated: " + why;
+  refused_.push_back(std::move(resp));
+}
 
 void Coordinator::Receive(const RequestList& list, Clock::time_point now) {
   for (const Request& r : list.requests) Add(r, now);
@@ -97,25 +73,40 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
     for (auto& kv : table_) MarkReadyIfComplete(kv.first, kv.second, now);
     return;
   }
-  Pending& p = table_[request.name];
+  const int32_t set_id = request.process_set_id;
+  const std::vector<int>* members = Members(set_id);
+  if (members == nullptr) {
+    RefuseRequest(request, "process set " + std::to_string(set_id) + " is not registered");
+    return;
+  }
+  auto at = std::lower_bound(members->begin(), members->end(), request.rank);
+  if (at == members->end() || *at != request.rank) {
+    RefuseRequest(request, "rank " + std::to_string(request.rank) + " is not a member of process set " +
+                               std::to_string(set_id));
+    return;
+  }
+  const size_t index = static_cast<size_t>(at - members->begin());
+  const Key key{set_id, request.name};
+  Pending& p = table_[key];
   if (p.by_rank.empty()) {
-    p.by_rank.resize(size_);
+    p.by_rank.resize(members->size());
     for (auto& r : p.by_rank) r.rank = -1;
     p.first_seen = now;
     if (stall_) stall_->OnPending(now);
   }
-  if (p.by_rank[request.rank].rank >= 0) {
-    DADT_LOG(ERROR) << "rank " << request.rank << " submitted '" << request.name << "' twice";
+  if (p.by_rank[index].rank >= 0) {
+    DADT_LOG(ERROR) << "rank " << request.rank << " submitted " << QuotedTensor(set_id, request.name)
+                    << " twice";
     return;
   }
-  p.by_rank[request.rank] = request;
+  p.by_rank[index] = request;
   ++p.submitted;
   if (events_ && events_->enabled()) {
     events_->Emit(timeline::Event{timeline::NowMicros(), timeline::Phase::kInstant, request.name,
                                   "RANK_" + std::to_string(request.rank) + "_READY",
                                   timeline::ReadyRankArgs(request.rank)});
   }
-  MarkReadyIfComplete(request.name, p, now);
+  MarkReadyIfComplete(key, p, now);
 }
 
 const Request* Coordinator::Pending::FirstSubmitted() const {
@@ -131,17 +122,18 @@ void Coordinator::CountReady(const Pending& p) {
   if (first == nullptr) return;
   ready_bytes_ += first->ByteSize();
   if (first->group_id >= 0) {
-    auto& g = group_ready_[first->group_id];
+    auto& g = group_ready_[{first->process_set_id, first->group_id}];
     ++g.first;
     g.second = first->group_size;
   }
 }
 
-bool Coordinator::IsReady(const Pending& p) const {
+bool Coordinator::IsReady(const Key& key, const Pending& p) const {
+  const bool global = key.first == 0;  // join() counts for the global set only
   // While a rank has joined, an op other than allreduce and barrier fails at once (BuildResponse
   // says why) on the ranks that submitted it: waiting for the others could wait forever, since
   // ranks that ran different numbers of unnamed collectives name it differently.
-  if (joined_count_ > 0) {
+  if (global && joined_count_ > 0) {
     for (const Request& r : p.by_rank) {
       if (r.rank >= 0) {
         if (r.op != OpType::kAllreduce && r.op != OpType::kBarrier) return true;
@@ -149,92 +141,41 @@ bool Coordinator::IsReady(const Pending& p) const {
       }
     }
   }
-  for (int r = 0; r < size_; ++r) {
-    if (p.by_rank[r].rank < 0 && !joined_[r]) return false;
+  for (size_t i = 0; i < p.by_rank.size(); ++i) {
+    // In the global set, set rank i is global rank i.
+    if (p.by_rank[i].rank < 0 && !(global && joined_[i])) return false;
   }
   return p.submitted > 0;
 }
 
-void Coordinator::MarkReadyIfComplete(const std::string& name, Pending& p, Clock::time_point now) {
-  if (p.ready || !IsReady(p)) return;
+void Coordinator::MarkReadyIfComplete(const Key& key, Pending& p, Clock::time_point now) {
+  if (p.ready || !IsReady(key, p)) return;
   p.ready = true;
-  ready_.push_back(name);
+  ready_.push_back(key);
   oldest_ready_ = std::min(oldest_ready_, now);
   CountReady(p);
 }
 
-bool Coordinator::GroupComplete(int64_t group_id) const {
-  auto it = group_ready_.find(group_id);
+bool Coordinator::GroupComplete(int32_t set_id, int64_t group_id) const {
+  auto it = group_ready_.find({set_id, group_id});
   return it != group_ready_.end() && it->second.first >= it->second.second;
 }
 
-std::string Coordinator::Validate(const std::string& name, const Pending& p) const {
-  const Request* first = p.FirstSubmitted();
-  auto differs = [&](auto field) {
-    for (const Request& r : p.by_rank) {
-      if (r.rank >= 0 && !(field(r) == field(*first))) return true;
-    }
-    return false;
-  };
-  const std::string quoted = "'" + name + "'";
-  if (differs([](const Request& r) { return r.op; })) {
-    return "Mismatched collective operations for tensor " + quoted + ": " +
-           DescribeByRank(p.by_rank, [](const Request& r) { return std::string(OpTypeName(r.op)); });
-  }
-  const std::string op = OpTypeName(first->op);
-  if (differs([](const Request& r) { return r.dtype; })) {
-    return "Mismatched " + op + " data types for tensor " + quoted + ": " +
-           DescribeByRank(p.by_rank,
-                          [](const Request& r) { return std::string(DataTypeName(r.dtype)); });
-  }
-  // Device kinds must agree; ordinals may differ (each rank drives its own GPU).
-  if (differs([](const Request& r) { return DeviceKind(r.device); })) {
-    return "Mismatched " + op + " devices for tensor " + quoted +
-           " (CPU and GPU tensors cannot be mixed): " +
-           DescribeByRank(p.by_rank, [](const Request& r) { return DeviceString(r.device); });
-  }
-  const bool same_shape = first->op == OpType::kAllreduce || first->op == OpType::kBroadcast ||
-                          first->op == OpType::kReducescatter;
-  if (same_shape && differs([](const Request& r) { return r.shape; })) {
-    return "Mismatched " + op + " tensor shapes for tensor " + quoted + ": " +
-           DescribeByRank(p.by_rank, [](const Request& r) { return ShapeString(r.shape); });
-  }
-  if (!same_shape && differs([](const Request& r) {
-        return r.shape.empty() ? Shape{} : Shape(r.shape.begin() + 1, r.shape.end());
-      })) {
-    return "Mismatched " + op + " tensor shapes for tensor " + quoted +
-           " (all dimensions but the first must agree): " +
-           DescribeByRank(p.by_rank, [](const Request& r) { return ShapeString(r.shape); });
-  }
-  if ((first->op == OpType::kAllreduce || first->op == OpType::kReducescatter) &&
-      differs([](const Request& r) { return r.reduce_op; })) {
-    return "Mismatched " + op + " reduce operations for tensor " + quoted + ": " +
-           DescribeByRank(p.by_rank,
-                          [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); });
-  }
-  if (differs([](const Request& r) { return std::make_pair(r.prescale, r.postscale); })) {
-    return "Mismatched " + op + " scale factors for tensor " + quoted + ": " +
-           DescribeByRank(p.by_rank, ScaleString);
-  }
-  if (first->op == OpType::kBroadcast && differs([](const Request& r) { return r.root; })) {
-    return "Mismatched broadcast root ranks for tensor " + quoted + ": " +
-           DescribeByRank(p.by_rank, [](const Request& r) { return "root " + std::to_string(r.root); });
-  }
-  if (first->op != OpType::kAllreduce && first->op != OpType::kBarrier && joined_count_ > 0) {
-    std::string who;
+std::string Coordinator::Validate(const Key& key, const Pending& p) const {
+  std::vector<int> joined;
+  if (key.first == 0) {
     for (int r = 0; r < size_; ++r) {
-      if (joined_[r]) who += (who.empty() ? "" : ", ") + std::to_string(r);
+      if (joined_[r]) joined.push_back(r);
     }
-    return op + " of tensor " + quoted + " cannot run while rank(s) " + who +
-           " have called join(); only allreduce and barrier can";
   }
-  return "";
+  return ValidateRequests(key.first, key.second, p.by_rank, joined);
 }
 
-Response Coordinator::BuildResponse(const std::string& name, const Pending& p) const {
+Response Coordinator::BuildResponse(const Key& key, const Pending& p) const {
   Response resp;
-  resp.names = {name};
-  std::string error = Validate(name, p);
+  resp.names = {key.second};
+  resp.process_set_id = key.first;
+  std::string error = Validate(key, p);
   if (!error.empty()) {
     resp.type = Response::Type::kError;
     resp.error = error;
@@ -252,7 +193,9 @@ Response Coordinator::BuildResponse(const std::string& name, const Pending& p) c
   switch (first->op) {
     case OpType::kAllreduce:
       resp.sizes = {NumElements(first->shape)};
-      if (joined_count_ == 0) TryEagerReduce(p.by_rank, size_, &resp);
+      if (key.first != 0 || joined_count_ == 0) {
+        TryEagerReduce(p.by_rank, static_cast<int>(p.by_rank.size()), &resp);
+      }
       break;
     case OpType::kAllgather:
       for (const Request& r : p.by_rank) resp.sizes.push_back(r.shape.empty() ? 1 : r.shape[0]);
@@ -263,6 +206,54 @@ Response Coordinator::BuildResponse(const std::string& name, const Pending& p) c
     default:
       break;
   }
+  return resp;
+}
+
+Response Coordinator::ReleaseSetOp(const Key& key, const Pending& p,
+                                   std::vector<Response>* released) {
+  Response resp;
+  resp.names = {key.second};
+  resp.error = Validate(key, p);
+  const Request& first = *p.FirstSubmitted();
+  resp.type = resp.error.empty() ? ResponseTypeFor(first.op) : Response::Type::kError;
+  if (!resp.error.empty()) return resp;
+  if (first.op == OpType::kProcessSetAdd) {
+    StatusOr<int32_t> id = sets_.Add(std::vector<int>(first.splits.begin(), first.splits.end()));
+    if (!id.ok()) {
+      resp.type = Response::Type::kError;
+      resp.error = id.status().message();
+      return resp;
+    }
+    resp.root = *id;
+    for (int r : sets_.Find(*id)->ranks) resp.sizes.push_back(r);
+    return resp;
+  }
+  const int32_t id = first.root;
+  if (id == 0) {
+    resp.type = Response::Type::kError;
+    resp.error = "the global process set (id 0) cannot be removed";
+    return resp;
+  }
+  resp.root = id;
+  resp.sizes = {sets_.Find(id) != nullptr ? 1 : 0};
+  if (resp.sizes[0] == 0) return resp;
+  // The set's tensors still pending fail on the members that submitted them, before the remove.
+  for (auto it = table_.lower_bound(Key{id, ""}); it != table_.end() && it->first.first == id;) {
+    std::vector<int64_t> submitted;
+    for (const Request& r : it->second.by_rank) {
+      if (r.rank >= 0) submitted.push_back(r.rank);
+    }
+    Response failed;
+    failed.type = Response::Type::kError;
+    failed.names = {it->first.second};
+    failed.process_set_id = id;
+    failed.error = "process set " + std::to_string(id) + " was removed while tensor '" +
+                   it->first.second + "' was in flight (submitted by ranks " +
+                   RankListString(submitted) + ")";
+    released->push_back(std::move(failed));
+    it = table_.erase(it);
+  }
+  (void)sets_.Remove(id);
   return resp;
 }
 
@@ -292,17 +283,20 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
                         (fusion_threshold_ > 0 && ready_bytes_ >= fusion_threshold_));
   if (release) {
     std::vector<Response> ready;
-    std::vector<std::string> held;  // grouped tensors whose group is not complete yet
-    for (const std::string& name : ready_) {
-      auto it = table_.find(name);
+    std::vector<Key> held;  // grouped tensors whose group is not complete yet
+    for (const Key& key : ready_) {
+      auto it = table_.find(key);
+      if (it == table_.end()) continue;  // failed by the remove of its set, earlier in this loop
       const Pending& p = it->second;
       const Request& canonical = *p.FirstSubmitted();  // ready: some rank has submitted
       const int64_t group = canonical.group_id;
-      if (group >= 0 && !GroupComplete(group)) {
-        held.push_back(name);
+      if (group >= 0 && !GroupComplete(key.first, group)) {
+        held.push_back(key);
         continue;
       }
-      Response resp = BuildResponse(name, p);
+      const bool set_op =
+          canonical.op == OpType::kProcessSetAdd || canonical.op == OpType::kProcessSetRemove;
+      Response resp = set_op ? ReleaseSetOp(key, p, &ready) : BuildResponse(key, p);
       if (resp.type != Response::Type::kError && cache_ && cache_->enabled()) {
         if (canonical.Cacheable()) {
           // Already cached with this signature: keep its slot and generation (no churn).
@@ -319,12 +313,24 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
     // Recompute bookkeeping for what stays held.
     group_ready_.clear();
     ready_bytes_ = 0;
-    for (const std::string& name : held) CountReady(table_[name]);
-    ready_ = std::move(held);
+    ready_.clear();
+    for (const Key& key : held) {
+      auto it = table_.find(key);
+      if (it == table_.end()) continue;  // failed by a remove
+      CountReady(it->second);
+      ready_.push_back(key);
+    }
     oldest_ready_ = ready_.empty() ? Clock::time_point::max() : now;
     list.responses = PlanFusion(std::move(ready), fusion_threshold_);
   }
-  if (join_pending_response_ && table_.empty()) {
+  if (!refused_.empty()) {
+    list.responses.insert(list.responses.begin(), std::make_move_iterator(refused_.begin()),
+                          std::make_move_iterator(refused_.end()));
+    refused_.clear();
+  }
+  // The table is ordered by set: nothing of the global set is pending when its first key is not.
+  const bool global_idle = table_.empty() || table_.begin()->first.first != 0;
+  if (join_pending_response_ && global_idle) {
     Response join;
     join.type = Response::Type::kJoin;
     join.last_joined_rank = last_joined_;
@@ -337,6 +343,7 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
 }
 
 Coordinator::Clock::time_point Coordinator::NextDeadline() const {
+  if (!refused_.empty()) return Clock::now();  // errors go out at once
   const auto stall = stall_ ? stall_->next_check() : Clock::time_point::max();
   if (ready_.empty()) return stall;
   return std::min(stall, oldest_ready_ + cycle_time_);
@@ -350,14 +357,18 @@ void Coordinator::set_stall_options(const StallOptions& options) {
 
 void Coordinator::CheckStalls(Clock::time_point now, ResponseList* list) {
   std::vector<PendingTensor> waiting;
-  for (const auto& [name, p] : table_) {
+  for (const auto& [key, p] : table_) {
     if (p.ready) continue;
+    const std::string name =
+        key.first == 0 ? key.second : key.second + " (process set " + std::to_string(key.first) + ")";
     PendingTensor t{name, "", p.first_seen, {}, {}};
-    for (int r = 0; r < size_; ++r) {
-      if (p.by_rank[r].rank >= 0) {
-        if (t.op.empty()) t.op = OpTypeName(p.by_rank[r].op);
+    const std::vector<int>* members = Members(key.first);
+    for (size_t i = 0; i < p.by_rank.size(); ++i) {
+      const int r = members != nullptr ? (*members)[i] : static_cast<int>(i);
+      if (p.by_rank[i].rank >= 0) {
+        if (t.op.empty()) t.op = OpTypeName(p.by_rank[i].op);
         t.submitted.push_back(r);
-      } else if (!joined_[r]) {
+      } else if (!(key.first == 0 && joined_[r])) {
         t.missing.push_back(r);
       }
     }

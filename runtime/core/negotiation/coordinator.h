@@ -15,6 +15,12 @@
 //     when all ranks have joined, a Join response carries the last rank to join.
 //  5. Shutdown from any rank ends the job for every rank (pending work fails), as in Horovod, so a
 //     rank that exits never leaves the others waiting forever.
+//  Process sets (docs/process-sets.md): a request names its set (Request::process_set_id); the
+//     same name in two sets is two tensors, ready when every member of its set has submitted it.
+//     A request from a rank outside its set, or for a set not registered, becomes an error
+//     response for that set and name. join() counts for the global set (id 0) only. Adds and
+//     removes of sets are requests on the global set, ready like a barrier; released, they change
+//     the coordinator's table (ReleaseSetOp), and every rank applies them in list order.
 //  6. Stalls (stall_inspector.h): a name some ranks submitted and others (not joined) have not,
 //     for DADT_STALL_CHECK_TIME_SECONDS, becomes a warning in the next ResponseList, which every
 //     rank logs; past DADT_STALL_SHUTDOWN_TIME_SECONDS it becomes an abort naming the same.
@@ -27,10 +33,11 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/negotiation/message.h"
+#include "runtime/core/process_sets.h"
 #include "runtime/core/response_cache.h"
 #include "runtime/core/stall_inspector.h"
 #include "timeline/event.h"
@@ -55,6 +62,12 @@ class Coordinator {
   // When Compute should run again even if no new request arrives; Clock::time_point::max() if never.
   Clock::time_point NextDeadline() const;
 
+  // The coordinator's own table of process sets: the global set only at first; adds and removes
+  // change it when they are released (in release order, which is the order every rank applies
+  // them in, so its ids are every rank's). A request for a set not in it is an error. Replaces
+  // the table (tests start from a table with sets).
+  void set_process_sets(const ProcessSetTable& sets) { sets_ = sets; }
+  const ProcessSetTable& process_sets() const { return sets_; }
   // Where "rank r ready" marks go (rank 0's timeline); may be null.
   void set_events(const timeline::EventStream* events) { events_ = events; }
   void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
@@ -67,8 +80,13 @@ class Coordinator {
   void set_stall_options(const StallOptions& options);
 
  private:
+  // A tensor is its process set and its name.
+  using Key = std::pair<int32_t, std::string>;
+
   struct Pending {
-    std::vector<Request> by_rank;  // by_rank[r].rank == -1 until rank r submits
+    // Indexed by set rank: by_rank[i].rank == -1 until the set's i-th member submits (rank holds
+    // the global rank, which errors name).
+    std::vector<Request> by_rank;
     int submitted = 0;
     bool ready = false;
     Clock::time_point first_seen;  // when the first rank submitted it (stall inspector)
@@ -78,12 +96,21 @@ class Coordinator {
     const Request* FirstSubmitted() const;
   };
 
-  bool IsReady(const Pending& p) const;
+  // The global ranks of a set, ascending; null when the set is not registered.
+  const std::vector<int>* Members(int32_t set_id) const;
+  bool IsReady(const Key& key, const Pending& p) const;
   void CountReady(const Pending& p);
-  void MarkReadyIfComplete(const std::string& name, Pending& p, Clock::time_point now);
-  Response BuildResponse(const std::string& name, const Pending& p) const;
-  std::string Validate(const std::string& name, const Pending& p) const;
-  bool GroupComplete(int64_t group_id) const;
+  void MarkReadyIfComplete(const Key& key, Pending& p, Clock::time_point now);
+  Response BuildResponse(const Key& key, const Pending& p) const;
+  std::string Validate(const Key& key, const Pending& p) const;
+  // An add or remove of a process set (on the global set), ready and released now: checked
+  // (agreement, then the table's own checks: ranks, duplicates, id 0) and applied to sets_. A
+  // remove first fails the set's pending tensors, their error responses appended to `released`
+  // (so they come before the remove).
+  Response ReleaseSetOp(const Key& key, const Pending& p, std::vector<Response>* released);
+  // Queues an error response for `request`'s set and name, released by the next Compute.
+  void RefuseRequest(const Request& request, const std::string& why);
+  bool GroupComplete(int32_t set_id, int64_t group_id) const;
   // Runs the stall inspector over the tensors not ready yet; fills list->stall_warning or abort.
   void CheckStalls(Clock::time_point now, ResponseList* list);
 
@@ -93,11 +120,15 @@ class Coordinator {
   ResponseCache* cache_;
   const timeline::EventStream* events_ = nullptr;
 
-  std::unordered_map<std::string, Pending> table_;
-  std::vector<std::string> ready_;  // in the order tensors became ready
+  ProcessSetTable sets_;
+  std::map<Key, Pending> table_;
+  std::vector<Key> ready_;  // in the order tensors became ready
+  std::vector<Response> refused_;  // error responses for requests that cannot be negotiated
   Clock::time_point oldest_ready_ = Clock::time_point::max();
   int64_t ready_bytes_ = 0;
-  std::map<int64_t, std::pair<int, int>> group_ready_;  // group id -> (members ready, size)
+  // (set id, group id) -> (members ready, group size): group ids are per set, since the front
+  // ends derive them from member names, which two sets may share.
+  std::map<std::pair<int32_t, int64_t>, std::pair<int, int>> group_ready_;
 
   std::vector<bool> joined_;
   int joined_count_ = 0;

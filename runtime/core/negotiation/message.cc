@@ -23,6 +23,7 @@ void PutRequest(ByteWriter& w, const Request& r) {
   w.Put<int64_t>(r.group_id);
   w.Put<int32_t>(r.group_size);
   w.PutInts(r.splits);
+  w.Put<int32_t>(r.process_set_id);
   w.Put<uint8_t>(r.eager ? 1 : 0);
   if (r.eager) w.PutString(r.data);
 }
@@ -42,6 +43,7 @@ Request GetRequest(ByteReader& rd) {
   r.group_id = rd.Get<int64_t>();
   r.group_size = rd.Get<int32_t>();
   r.splits = rd.GetInts();
+  r.process_set_id = rd.Get<int32_t>();
   r.eager = rd.Get<uint8_t>() != 0;
   if (r.eager) r.data = rd.GetString();
   return r;
@@ -53,7 +55,7 @@ bool Request::SameSignature(const Request& o) const {
   return op == o.op && name == o.name && dtype == o.dtype && shape == o.shape && root == o.root &&
          reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
          device == o.device && group_id == o.group_id && group_size == o.group_size &&
-         splits == o.splits;
+         splits == o.splits && process_set_id == o.process_set_id;
 }
 
 bool Request::Cacheable() const {
@@ -71,6 +73,8 @@ Response::Type ResponseTypeFor(OpType op) {
     case OpType::kReducescatter: return Response::Type::kReducescatter;
     case OpType::kBarrier: return Response::Type::kBarrier;
     case OpType::kJoin: return Response::Type::kJoin;
+    case OpType::kProcessSetAdd: return Response::Type::kProcessSetAdd;
+    case OpType::kProcessSetRemove: return Response::Type::kProcessSetRemove;
   }
   return Response::Type::kError;
 }
@@ -84,6 +88,8 @@ std::optional<OpType> OpTypeFor(Response::Type type) {
     case Response::Type::kReducescatter: return OpType::kReducescatter;
     case Response::Type::kBarrier: return OpType::kBarrier;
     case Response::Type::kJoin: return OpType::kJoin;
+    case Response::Type::kProcessSetAdd: return OpType::kProcessSetAdd;
+    case Response::Type::kProcessSetRemove: return OpType::kProcessSetRemove;
     case Response::Type::kError: break;
   }
   return std::nullopt;
@@ -109,6 +115,7 @@ std::string SerializeRequestList(const RequestList& list) {
   for (const auto& c : list.cached) {
     w.Put<int32_t>(c.slot);
     w.Put<uint32_t>(c.generation);
+    w.Put<int32_t>(c.process_set_id);
     w.Put<uint8_t>(c.eager ? 1 : 0);
     if (c.eager) w.PutString(c.data);
   }
@@ -128,6 +135,7 @@ StatusOr<RequestList> ParseRequestList(const std::string& bytes) {
     CachedRef c;
     c.slot = rd.Get<int32_t>();
     c.generation = rd.Get<uint32_t>();
+    c.process_set_id = rd.Get<int32_t>();
     c.eager = rd.Get<uint8_t>() != 0;
     if (c.eager) c.data = rd.GetString();
     list.cached.push_back(std::move(c));
@@ -173,6 +181,7 @@ std::string SerializeResponseList(const ResponseList& list) {
     w.PutInts(r.sizes);
     w.PutString(r.error);
     w.Put<int32_t>(r.last_joined_rank);
+    w.Put<int32_t>(r.process_set_id);
     w.Put<uint8_t>(r.eager ? 1 : 0);
     if (r.eager) w.PutString(r.data);
   }
@@ -219,6 +228,7 @@ StatusOr<ResponseList> ParseResponseList(const std::string& bytes) {
     r.sizes = rd.GetInts();
     r.error = rd.GetString();
     r.last_joined_rank = rd.Get<int32_t>();
+    r.process_set_id = rd.Get<int32_t>();
     r.eager = rd.Get<uint8_t>() != 0;
     if (r.eager) r.data = rd.GetString();
     list.responses.push_back(std::move(r));

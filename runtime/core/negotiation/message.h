@@ -33,6 +33,9 @@ struct Request {
   int64_t group_id = -1;
   int32_t group_size = 0;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  // The process set the collective runs in (docs/process-sets.md); 0 is the global set. Part of
+  // the signature: the same name in two sets is two different tensors.
+  int32_t process_set_id = 0;
   // Small allreduces only: this rank's input bytes, sent with the request so that the coordinator
   // can reduce them itself (see runtime/core/eager_reduce.h). Not part of the signature.
   std::string data;
@@ -50,6 +53,8 @@ struct CachedRef {
   uint32_t generation = 0;
   bool eager = false;
   std::string data;  // as Request::data
+  // The set whose response cache holds (slot, generation); see Request::process_set_id.
+  int32_t process_set_id = 0;
 };
 
 struct RequestList {
@@ -69,6 +74,11 @@ struct Response {
     kBarrier,
     kJoin,
     kError,
+    // Every rank applies these, members or not: kProcessSetAdd registers the set `root` (the
+    // id the coordinator assigned) of global ranks `sizes`; kProcessSetRemove unregisters `root`,
+    // with sizes = {1} when it was registered and {0} when it was not.
+    kProcessSetAdd,
+    kProcessSetRemove,
   };
   Type type = Type::kAllreduce;
   std::vector<std::string> names;
@@ -89,6 +99,9 @@ struct Response {
   bool eager = false;
   std::string data;
   int32_t last_joined_rank = -1;  // kJoin
+  // The process set the response belongs to (Request::process_set_id); a fused response never
+  // mixes sets.
+  int32_t process_set_id = 0;
   int64_t total_bytes = 0;      // coordinator-side bookkeeping for fusion; not sent
 };
 

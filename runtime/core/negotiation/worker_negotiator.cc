@@ -17,7 +17,7 @@ void WorkerNegotiator::Submit(const Request& request) {
   if (auto ref = cache_->Lookup(request)) {
     ref->eager = request.eager;
     ref->data = request.data;
-    sent_refs_[RefKey(ref->slot, ref->generation)] = request.name;
+    sent_refs_[RefKey(ref->slot, ref->generation)] = EntryKey(request);
     batch_.cached.push_back(std::move(*ref));
   } else {
     batch_.requests.push_back(request);

@@ -61,7 +61,7 @@ class WorkerNegotiator {
   ResponseCache* cache_;
   RequestList batch_;
   bool shutdown_requested_ = false;
-  std::unordered_map<uint64_t, std::string> sent_refs_;  // (slot, generation) -> name
+  std::unordered_map<uint64_t, std::string> sent_refs_;  // (slot, generation) -> EntryKey
 };
 
 }  // namespace core

@@ -62,6 +62,20 @@ TEST(FusionPlannerTest, GpuAndCpuTensorsGoToSeparateBuffers) {
   EXPECT_EQ(out[1].device, kCpuDevice);
 }
 
+// Process sets run on different communicators: tensors of two sets never share a buffer, even
+// with the same name (docs/process-sets.md).
+TEST(FusionPlannerTest, ProcessSetsAreNeverMixed) {
+  Response a1 = One("w", 4), b1 = One("w", 4), a2 = One("v", 4);
+  a1.process_set_id = 1;
+  b1.process_set_id = 2;
+  a2.process_set_id = 1;
+  auto out = PlanFusion({a1, b1, One("g", 4), a2}, 1 << 20);
+  EXPECT_EQ(Names(out), (std::vector<std::vector<std::string>>{{"w", "v"}, {"w"}, {"g"}}));
+  EXPECT_EQ(out[0].process_set_id, 1);
+  EXPECT_EQ(out[1].process_set_id, 2);
+  EXPECT_EQ(out[2].process_set_id, 0);
+}
+
 TEST(FusionPlannerTest, NonAllreducePassesThrough) {
   Response bcast;
   bcast.type = Response::Type::kBroadcast;

@@ -113,6 +113,55 @@ TEST(MessageTest, ResponseListWireLayoutIsUnchanged) {
   EXPECT_EQ(bytes, expected);
 }
 
+// Process sets (docs/process-sets.md): the set id travels on requests, cached refs and responses,
+// and the same name in two sets is two different tensors.
+TEST(MessageTest, ProcessSetIdTravelsOnEveryMessage) {
+  RequestList l;
+  l.rank = 1;
+  Request r;
+  r.rank = 1;
+  r.name = "grad.w";
+  r.shape = {4};
+  r.process_set_id = 3;
+  l.requests.push_back(r);
+  CachedRef ref;
+  ref.slot = 2;
+  ref.generation = 5;
+  ref.process_set_id = 7;
+  l.cached.push_back(ref);
+  auto back = ParseRequestList(SerializeRequestList(l));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->requests.size(), 1u);
+  EXPECT_EQ(back->requests[0].process_set_id, 3);
+  ASSERT_EQ(back->cached.size(), 1u);
+  EXPECT_EQ(back->cached[0].process_set_id, 7);
+  EXPECT_EQ(back->cached[0].slot, 2);
+
+  ResponseList rl;
+  Response a;
+  a.names = {"grad.w"};
+  a.process_set_id = 3;
+  Response b = a;
+  b.process_set_id = 0;
+  rl.responses = {a, b};
+  auto rback = ParseResponseList(SerializeResponseList(rl));
+  ASSERT_TRUE(rback.ok()) << rback.status().ToString();
+  ASSERT_EQ(rback->responses.size(), 2u);
+  EXPECT_EQ(rback->responses[0].process_set_id, 3);
+  EXPECT_EQ(rback->responses[1].process_set_id, 0);
+}
+
+TEST(MessageTest, ProcessSetIdIsPartOfTheSignature) {
+  Request a;
+  a.name = "grad.w";
+  a.shape = {4};
+  Request b = a;
+  EXPECT_TRUE(a.SameSignature(b));
+  b.process_set_id = 1;
+  EXPECT_FALSE(a.SameSignature(b));
+  EXPECT_FALSE(b.SameSignature(a));
+}
+
 TEST(MessageTest, OpTypeAndResponseTypeConvertByName) {
   for (OpType op : {OpType::kAllreduce, OpType::kAllgather, OpType::kBroadcast, OpType::kAlltoall,
                     OpType::kReducescatter, OpType::kBarrier, OpType::kJoin}) {

@@ -88,7 +88,7 @@ TEST(RouteForTest, EagerCpuAllreduceRunsHereWithoutWaiting) {
 
 TEST(RouteForTest, EverythingElseIsAFence) {
   using T = Response::Type;
-  for (T t : {T::kBarrier, T::kJoin, T::kError}) {
+  for (T t : {T::kBarrier, T::kJoin, T::kError, T::kProcessSetAdd, T::kProcessSetRemove}) {
     EXPECT_EQ(RouteFor(Make(t, {"x"}), true), Route::kHereAfterLanes) << static_cast<int>(t);
   }
   EXPECT_EQ(RouteFor(Make(T::kAllreduce, {"g"}, false, /*device=*/0), true), Route::kHereAfterLanes)

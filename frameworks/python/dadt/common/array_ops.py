@@ -21,7 +21,9 @@ import numpy as np
 from dadt.common import dlpack
 from dadt.common.basics import _core, call, on_new_incarnation, wait_all
 from dadt.common.exceptions import DadtInternalError
+from dadt.common import in_flight
 from dadt.common.in_flight import InFlightNames
+from dadt.common.process_sets import enqueue_kwargs, set_id
 from dadt.common.util import collective_name
 from dadt.common.util import (NOT_INITIALIZED, OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL,
                               OP_BARRIER, OP_BROADCAST, OP_JOIN, OP_REDUCESCATTER, Average, Max,
@@ -80,7 +82,9 @@ def _submit(op_type: int, name: str, array: Optional[np.ndarray], output: Option
     """Enqueues one collective; appends what must outlive it to ``keep``; returns its handle."""
     if not _core.is_initialized():
         raise ValueError(NOT_INITIALIZED)
-    _in_flight.check(name)
+    set_kwargs = enqueue_kwargs(desc.get("process_set"))
+    name_key = in_flight.key(name, set_kwargs.get("process_set_id", 0))
+    _in_flight.check(name_key)
     source = sink = None
     if array is not None:
         source, held = dlpack.to_capsule(array, writable=output is array)
@@ -93,16 +97,17 @@ def _submit(op_type: int, name: str, array: Optional[np.ndarray], output: Option
     handle = call(_core.enqueue, op_type, name, source, sink, int(desc.get("reduce_op", Average)),
                   float(desc.get("prescale", 1.0)), float(desc.get("postscale", 1.0)),
                   int(desc.get("root_rank", 0)), desc.get("splits"), desc.get("group_id", -1),
-                  desc.get("group_size", 0))
-    _in_flight.add(name, handle)
+                  desc.get("group_size", 0), **set_kwargs)
+    _in_flight.add(name_key, handle)
     keep.append(source)
     keep.append(sink)
     return handle
 
 
 def _track(handles: List[int], names: List[str], keep: List[Any],
-           result: Callable[[List[int]], Any]) -> int:
-    _entries[handles[0]] = _Entry(handles, names, keep, result)
+           result: Callable[[List[int]], Any], process_set=None) -> int:
+    keys = [in_flight.key(n, set_id(process_set)) for n in names]  # as _submit added them
+    _entries[handles[0]] = _Entry(handles, keys, keep, result)
     return handles[0]
 
 
@@ -118,102 +123,114 @@ def _take(handle: int) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 
 def allreduce_async(value: Any, name: Optional[str] = None, op: int = Average,
-                    prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set=None) -> int:
     """Reduces ``value`` over all ranks into a new array; synchronize() returns it."""
-    name = make_name("allreduce", name)
+    name = make_name("allreduce", name, process_set)
     array = as_array(value, name)
     _check_reduction(array, name, op, prescale_factor, postscale_factor)
     output = dlpack.aligned_empty(array.shape, array.dtype)
     keep: List[Any] = []
     handle = _submit(OP_ALLREDUCE, name, array, output, keep, reduce_op=op,
-                     prescale=prescale_factor, postscale=postscale_factor)
-    return _track([handle], [name], keep, lambda hs: output)
+                     prescale=prescale_factor, postscale=postscale_factor,
+                     process_set=process_set)
+    return _track([handle], [name], keep, lambda hs: output, process_set)
 
 
 def grouped_allreduce_async(values: Sequence[Any], name: Optional[str] = None, op: int = Average,
-                            prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            process_set=None) -> int:
     """Reduces a list of arrays as one fused collective (members ``'<name>.<i>'``);
     synchronize() returns the list of results."""
     values = list(values)
     if not values:
         raise ValueError("grouped allreduce needs at least one tensor")
-    base = make_name("grouped_allreduce", name)
+    base = make_name("grouped_allreduce", name, process_set)
     names = ["%s.%d" % (base, i) for i in range(len(values))]
     arrays = [as_array(v, n) for v, n in zip(values, names)]
     # Everything the runtime could refuse is checked before any member is enqueued: a refused
     # member would leave the others waiting for a group that never completes.
     for array, member in zip(arrays, names):
         _check_reduction(array, member, op, prescale_factor, postscale_factor)
-        _in_flight.check(member)
+    _check_not_in_flight(names, process_set)
     digest = hashlib.blake2b("\0".join(names).encode(), digest_size=8).digest()
     group_id = int.from_bytes(digest, "little") & (2**63 - 1)
     outputs = [dlpack.aligned_empty(a.shape, a.dtype) for a in arrays]
     keep: List[Any] = []
     handles = [_submit(OP_ALLREDUCE, member, array, output, keep, reduce_op=op,
                        prescale=prescale_factor, postscale=postscale_factor, group_id=group_id,
-                       group_size=len(arrays))
+                       group_size=len(arrays), process_set=process_set)
                for array, output, member in zip(arrays, outputs, names)]
-    return _track(handles, names, keep, lambda hs: outputs)
+    return _track(handles, names, keep, lambda hs: outputs, process_set)
 
 
-def allgather_async(value: Any, name: Optional[str] = None) -> int:
+def allgather_async(value: Any, name: Optional[str] = None, process_set=None) -> int:
     """Concatenates every rank's array on the first dimension; synchronize() returns it."""
-    name = make_name("allgather", name)
+    name = make_name("allgather", name, process_set)
     keep: List[Any] = []
-    handle = _submit(OP_ALLGATHER, name, as_array(value, name), None, keep)
-    return _track([handle], [name], keep, lambda hs: _take(hs[0]))
+    handle = _submit(OP_ALLGATHER, name, as_array(value, name), None, keep,
+                     process_set=process_set)
+    return _track([handle], [name], keep, lambda hs: _take(hs[0]), process_set)
 
 
-def grouped_allgather_async(values: Sequence[Any], name: Optional[str] = None) -> int:
+def grouped_allgather_async(values: Sequence[Any], name: Optional[str] = None,
+                            process_set=None) -> int:
     """Allgathers a list of arrays under one handle (members ``'<name>.<i>'``); synchronize()
     returns the list of results."""
     values = list(values)
     if not values:
         raise ValueError("grouped allgather needs at least one tensor")
-    base = make_name("grouped_allgather", name)
+    base = make_name("grouped_allgather", name, process_set)
     names = ["%s.%d" % (base, i) for i in range(len(values))]
     arrays = [as_array(v, n) for v, n in zip(values, names)]
-    _check_not_in_flight(names)
+    _check_not_in_flight(names, process_set)
     keep: List[Any] = []
-    handles = [_submit(OP_ALLGATHER, n, a, None, keep) for a, n in zip(arrays, names)]
-    return _track(handles, names, keep, lambda hs: [_take(h) for h in hs])
+    handles = [_submit(OP_ALLGATHER, n, a, None, keep, process_set=process_set)
+               for a, n in zip(arrays, names)]
+    return _track(handles, names, keep, lambda hs: [_take(h) for h in hs], process_set)
 
 
 def grouped_reducescatter_async(values: Sequence[Any], name: Optional[str] = None,
                                 op: int = Average, prescale_factor: float = 1.0,
-                                postscale_factor: float = 1.0) -> int:
+                                postscale_factor: float = 1.0, process_set=None) -> int:
     """Reducescatters a list of arrays under one handle (members ``'<name>.<i>'``);
     synchronize() returns the list of this rank's blocks."""
     values = list(values)
     if not values:
         raise ValueError("grouped reducescatter needs at least one tensor")
-    base = make_name("grouped_reducescatter", name)
+    base = make_name("grouped_reducescatter", name, process_set)
     names = ["%s.%d" % (base, i) for i in range(len(values))]
     arrays = [as_array(v, n) for v, n in zip(values, names)]
     for array, member in zip(arrays, names):
         _check_reduction(array, member, op, prescale_factor, postscale_factor)
-    _check_not_in_flight(names)
+    _check_not_in_flight(names, process_set)
     keep: List[Any] = []
     handles = [_submit(OP_REDUCESCATTER, n, a, None, keep, reduce_op=op, prescale=prescale_factor,
-                       postscale=postscale_factor) for a, n in zip(arrays, names)]
-    return _track(handles, names, keep, lambda hs: [_take(h) for h in hs])
+                       postscale=postscale_factor, process_set=process_set)
+               for a, n in zip(arrays, names)]
+    return _track(handles, names, keep, lambda hs: [_take(h) for h in hs], process_set)
 
 
-def _check_not_in_flight(names: Sequence[str]) -> None:
-    # Checked before any member is enqueued, so that a refusal leaves nothing half-submitted.
+def _check_not_in_flight(names: Sequence[str], process_set) -> None:
+    # Checked before any member is enqueued, so that a refusal leaves nothing half-submitted (an
+    # unregistered set included).
+    set_id_ = set_id(process_set)
     for member in names:
-        _in_flight.check(member)
+        _in_flight.check(in_flight.key(member, set_id_))
 
 
-def broadcast_async(value: Any, root_rank: int, name: Optional[str] = None) -> int:
-    """Copies root rank's array to every rank (into a new array); synchronize() returns it."""
-    name = make_name("broadcast", name)
+def broadcast_async(value: Any, root_rank: int, name: Optional[str] = None,
+                    process_set=None) -> int:
+    """Copies root rank's array to every rank (into a new array); synchronize() returns it.
+    ``root_rank`` is a global rank (a member of ``process_set``)."""
+    name = make_name("broadcast", name, process_set)
     array = as_array(value, name)
     output = dlpack.aligned_empty(array.shape, array.dtype)
     output[...] = array
     keep: List[Any] = []
-    handle = _submit(OP_BROADCAST, name, output, output, keep, root_rank=root_rank)
-    return _track([handle], [name], keep, lambda hs: output)
+    handle = _submit(OP_BROADCAST, name, output, output, keep, root_rank=root_rank,
+                     process_set=process_set)
+    return _track([handle], [name], keep, lambda hs: output, process_set)
 
 
 def _splits(splits: Any) -> Optional[List[int]]:
@@ -225,31 +242,34 @@ def _splits(splits: Any) -> Optional[List[int]]:
     return [int(s) for s in array]
 
 
-def alltoall_async(value: Any, splits: Any = None, name: Optional[str] = None) -> int:
+def alltoall_async(value: Any, splits: Any = None, name: Optional[str] = None,
+                   process_set=None) -> int:
     """Sends row blocks of ``value`` to each rank (``splits`` rows to rank i; equal parts when
     None); synchronize() returns (output, received_splits as int32 array)."""
-    name = make_name("alltoall", name)
+    name = make_name("alltoall", name, process_set)
     keep: List[Any] = []
     handle = _submit(OP_ALLTOALL, name, as_array(value, name), None, keep,
-                     splits=_splits(splits))
+                     splits=_splits(splits), process_set=process_set)
 
     def result(hs):
         received = np.asarray(_core.received_splits(hs[0]), dtype=np.int32)
         return _take(hs[0]), received
-    return _track([handle], [name], keep, result)
+    return _track([handle], [name], keep, result, process_set)
 
 
 def reducescatter_async(value: Any, name: Optional[str] = None, op: int = Average,
-                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                        process_set=None) -> int:
     """Reduces ``value`` over all ranks and returns this rank's block of rows (lower ranks get
     one more row when the first dimension does not divide evenly)."""
-    name = make_name("reducescatter", name)
+    name = make_name("reducescatter", name, process_set)
     array = as_array(value, name)
     _check_reduction(array, name, op, prescale_factor, postscale_factor)
     keep: List[Any] = []
     handle = _submit(OP_REDUCESCATTER, name, array, None, keep, reduce_op=op,
-                     prescale=prescale_factor, postscale=postscale_factor)
-    return _track([handle], [name], keep, lambda hs: _take(hs[0]))
+                     prescale=prescale_factor, postscale=postscale_factor,
+                     process_set=process_set)
+    return _track([handle], [name], keep, lambda hs: _take(hs[0]), process_set)
 
 
 def pending_handle(name: str) -> Optional[int]:
@@ -295,41 +315,46 @@ def synchronize(handle: int) -> Any:
 # ----------------------------------------------------------------------------------------------
 
 def allreduce(value: Any, name: Optional[str] = None, op: int = Average,
-              prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> np.ndarray:
-    return synchronize(allreduce_async(value, name, op, prescale_factor, postscale_factor))
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              process_set=None) -> np.ndarray:
+    return synchronize(allreduce_async(value, name, op, prescale_factor, postscale_factor,
+                                       process_set))
 
 
 def grouped_allreduce(values: Sequence[Any], name: Optional[str] = None, op: int = Average,
                       prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0) -> List[np.ndarray]:
+                      postscale_factor: float = 1.0, process_set=None) -> List[np.ndarray]:
     return synchronize(grouped_allreduce_async(values, name, op, prescale_factor,
-                                               postscale_factor))
+                                               postscale_factor, process_set))
 
 
-def allgather(value: Any, name: Optional[str] = None) -> np.ndarray:
-    return synchronize(allgather_async(value, name))
+def allgather(value: Any, name: Optional[str] = None, process_set=None) -> np.ndarray:
+    return synchronize(allgather_async(value, name, process_set))
 
 
-def broadcast(value: Any, root_rank: int, name: Optional[str] = None) -> np.ndarray:
-    return synchronize(broadcast_async(value, root_rank, name))
+def broadcast(value: Any, root_rank: int, name: Optional[str] = None,
+              process_set=None) -> np.ndarray:
+    return synchronize(broadcast_async(value, root_rank, name, process_set))
 
 
-def alltoall(value: Any, splits: Any = None,
-             name: Optional[str] = None) -> Tuple[np.ndarray, np.ndarray]:
-    return synchronize(alltoall_async(value, splits, name))
+def alltoall(value: Any, splits: Any = None, name: Optional[str] = None,
+             process_set=None) -> Tuple[np.ndarray, np.ndarray]:
+    return synchronize(alltoall_async(value, splits, name, process_set))
 
 
 def reducescatter(value: Any, name: Optional[str] = None, op: int = Average,
-                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> np.ndarray:
-    return synchronize(reducescatter_async(value, name, op, prescale_factor, postscale_factor))
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                  process_set=None) -> np.ndarray:
+    return synchronize(reducescatter_async(value, name, op, prescale_factor, postscale_factor,
+                                           process_set))
 
 
-def barrier() -> None:
-    """Returns once every rank has reached it."""
-    name = make_name("barrier", None)
+def barrier(process_set=None) -> None:
+    """Returns once every rank of ``process_set`` (default: the job) has reached it."""
+    name = make_name("barrier", None, process_set)
     keep: List[Any] = []
-    synchronize(_track([_submit(OP_BARRIER, name, None, None, keep)], [name], keep,
-                       lambda hs: None))
+    synchronize(_track([_submit(OP_BARRIER, name, None, None, keep, process_set=process_set)],
+                       [name], keep, lambda hs: None, process_set))
 
 
 def join() -> int:
@@ -345,28 +370,31 @@ def join() -> int:
 # Python objects, pickled into uint8 arrays.
 # ----------------------------------------------------------------------------------------------
 
-def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
-    """Pickles ``obj`` on root rank and returns it, unpickled, on every rank."""
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+                     process_set=None) -> Any:
+    """Pickles ``obj`` on root rank (a global rank) and returns it, unpickled, on every rank of
+    ``process_set``."""
     import pickle
     from dadt.common.basics import rank
-    name = make_name("broadcast_object", name)
+    name = make_name("broadcast_object", name, process_set)
     is_root = rank() == root_rank
     data = (np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
             if is_root else np.zeros(0, np.uint8))
-    length = broadcast(np.array([data.size], np.int64), root_rank, name + ".sz")
+    length = broadcast(np.array([data.size], np.int64), root_rank, name + ".sz", process_set)
     if not is_root:
         data = np.zeros(int(length[0]), np.uint8)
-    data = broadcast(data, root_rank, name + ".t")
+    data = broadcast(data, root_rank, name + ".t", process_set)
     return obj if is_root else pickle.loads(data.tobytes())
 
 
-def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
-    """Pickles ``obj`` on every rank and returns the list of every rank's object, in rank order."""
+def allgather_object(obj: Any, name: Optional[str] = None, process_set=None) -> List[Any]:
+    """Pickles ``obj`` on every rank of ``process_set`` and returns the list of their objects, in
+    rank order."""
     import pickle
-    name = make_name("allgather_object", name)
+    name = make_name("allgather_object", name, process_set)
     data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
-    sizes = allgather(np.array([data.size], np.int64), name + ".sz")
-    gathered = allgather(data, name + ".t")
+    sizes = allgather(np.array([data.size], np.int64), name + ".sz", process_set)
+    gathered = allgather(data, name + ".t", process_set)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     return [pickle.loads(gathered[offsets[i]:offsets[i + 1]].tobytes())
             for i in range(len(sizes))]

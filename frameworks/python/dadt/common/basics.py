@@ -10,6 +10,7 @@ import sys
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from dadt.common import process_sets as process_sets_module
 from dadt.common import slurm
 from dadt.common.exceptions import WorkerRemovedError, from_core_error
 from dadt.common.util import NOT_INITIALIZED, reset_collective_names
@@ -24,8 +25,11 @@ except ImportError as e:  # pragma: no cover - depends on the build
 
 # Communicators init() created from a list of ranks, by the list (tuple of world ranks).
 _owned_comms: Dict[Tuple[int, ...], Any] = {}
+# The mpi4py communicator of the running job when init(comm=...) was given one (None otherwise).
+_job_comm: Any = None
 # What every init() that starts a new runtime runs first (on_new_incarnation).
-_incarnation_resets: List[Callable[[], None]] = [reset_collective_names]
+_incarnation_resets: List[Callable[[], None]] = [reset_collective_names,
+                                                 process_sets_module.forget_all]
 
 
 def on_new_incarnation(reset: Callable[[], None]) -> Callable[[], None]:
@@ -111,6 +115,8 @@ def _mpi_comm_handle(comm) -> int:
             comm = world.Create_group(group)
             group.Free()
             _owned_comms[tuple(ranks)] = comm
+    global _job_comm
+    _job_comm = comm
     if not isinstance(comm, MPI.Comm):
         raise ValueError("init(comm=...) takes an mpi4py communicator (mpi4py.MPI.Comm) or a list "
                          "of ranks, got %s" % type(comm).__name__)
@@ -145,7 +151,10 @@ def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = N
       comm: An mpi4py communicator (or a list of MPI_COMM_WORLD ranks): the job is that
           communicator's processes, with their rank and size in it, and MPI carries negotiation
           and data. Several sub-communicators run independent jobs. None: the launcher's job.
-      process_sets: Horovod's process sets. Not supported yet; must be None.
+      process_sets: Process sets to register right after start-up, in list order: ProcessSet
+          objects (or lists of ranks, or mpi4py communicators), the same list on every rank
+          (otherwise a ValueError on every rank naming the first rank whose list differs). None
+          or "dynamic": none now; `add_process_set` may add them at any time.
       cycle_duration_ms: Cycle time of the runtime's negotiation loop in milliseconds
           (default: ``DADT_CYCLE_TIME`` or 1 ms).
       broad_cast_executor: Backend for broadcasts: 'gloo', 'mpi', 'nccl', 'mpicuda' or None
@@ -163,23 +172,33 @@ def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = N
                             comm is not None and not is_initialized())
     if comm is not None and not is_initialized():
         mpi_comm = _mpi_comm_handle(comm)
-    if process_sets is not None:
-        raise NotImplementedError("process sets are not supported by dadt yet; "
-                                  "call init() without process_sets")
     fusion = _fusion_threshold(all_reduce_buffer_size, group_buffer_size)
     cycle = -1.0 if cycle_duration_ms is None else float(cycle_duration_ms)
     if cycle_duration_ms is not None and cycle < 0:
         raise ValueError("cycle_duration_ms must be >= 0, got %r" % cycle_duration_ms)
     if timeline_path is not None:
         os.environ["DADT_TIMELINE"] = str(timeline_path)
-    if not is_initialized():
+    starting = not is_initialized()
+    if starting:
         for reset in _incarnation_resets:
             reset()
+        if comm is None:
+            global _job_comm
+            _job_comm = None
     try:
         call(_core.init, fusion, cycle, -1, backend, mpi_comm)
     except WorkerRemovedError as e:
         print("dadt: %s; exiting with status 0" % e.message, file=sys.stderr, flush=True)
         raise
+    if starting:
+        process_sets_module.register_at_init(process_sets)
+    elif process_sets is not None:
+        process_sets_module.fill_in_running(process_sets)
+
+
+def job_comm() -> Any:
+    """The mpi4py communicator init(comm=...) was given (None when the launcher's job runs)."""
+    return _job_comm
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
@@ -212,8 +231,12 @@ def set_fusion_params(fusion_threshold_bytes: Optional[int] = None,
 
 
 def shutdown() -> None:
-    """A function that shuts dadt down. Pending collectives fail with DadtInternalError."""
-    call(_core.shutdown)
+    """A function that shuts dadt down. Pending collectives fail with DadtInternalError. Every
+    process set but the global one is dropped (its ProcessSet objects' ids become None)."""
+    try:
+        call(_core.shutdown)
+    finally:
+        process_sets_module.forget_all()
 
 
 def is_initialized() -> bool:

@@ -35,9 +35,25 @@ def reset_collective_names() -> None:
     _name_counters.clear()
 
 
-def collective_name(op: str, name: Optional[str]) -> str:
-    """``name``, or the next generated ``'<op>.noname.<n>'`` (the same on ranks that call alike)."""
+def reset_set_names(set_id: int) -> None:
+    """Starts the generated names of process set ``set_id`` over (at its removal, on every rank:
+    a later set that reuses the id starts at 0 on all its members)."""
+    for key in [k for k in _name_counters if isinstance(k, tuple) and k[1] == set_id]:
+        del _name_counters[key]
+
+
+def collective_name(op: str, name: Optional[str], process_set: Any = None) -> str:
+    """``name``, or the next generated ``'<op>.noname.<n>'`` (the same on ranks that call alike).
+    A process set other than the global one has its own counters and names
+    (``'<op>.set<id>.noname.<n>'``): only its members call its collectives, so sharing the global
+    counter would make the ranks' generated names differ afterwards."""
     if name is None:
+        set_id = 0
+        if process_set is not None:
+            from dadt.common.process_sets import set_id as id_of
+            set_id = id_of(process_set)
+        if set_id:
+            return "%s.set%d.noname.%d" % (op, set_id, next(_name_counters[(op, set_id)]))
         return "%s.noname.%d" % (op, next(_name_counters[op]))
     if not isinstance(name, str):
         raise TypeError("name must be a str or None, got %s" % type(name).__name__)

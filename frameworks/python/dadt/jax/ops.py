@@ -19,7 +19,8 @@ import numpy as np
 from jax.experimental import io_callback
 
 from dadt.common import array_ops
-from dadt.common.basics import size
+from dadt.common.basics import _core, call
+from dadt.common.process_sets import global_process_set, set_id, set_rank, set_size
 from dadt.common.util import Average
 
 __all__ = ["allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall",
@@ -107,94 +108,107 @@ def _is_leaf(tree: Any) -> bool:
 
 
 def grouped_allreduce(tensors, name: Optional[str] = None, op: int = Average,
-                      prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> List[Any]:
-    """Reduces a list of arrays as one fused collective (members ``'<name>.<i>'``)."""
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set=global_process_set) -> List[Any]:
+    """Reduces a list of arrays as one fused collective (members ``'<name>.<i>'``) over the
+    ranks of ``process_set`` (default: every rank)."""
+    set_id(process_set)
     leaves = [x if hasattr(x, "dtype") else jnp.asarray(x) for x in tensors]
     if not leaves:
         raise ValueError("grouped allreduce needs at least one tensor")
-    base = array_ops.make_name("grouped_allreduce", name)
+    base = array_ops.make_name("grouped_allreduce", name, process_set)
     return _run(lambda *a: array_ops.grouped_allreduce(a, base, op, prescale_factor,
-                                                       postscale_factor),
+                                                       postscale_factor, process_set),
                 leaves, lambda: [_spec(x) for x in leaves])
 
 
 def allreduce(tree, name: Optional[str] = None, op: int = Average, prescale_factor: float = 1.0,
-              postscale_factor: float = 1.0):
-    """Reduces an array, or every leaf of a pytree, over all processes (op: Average by default,
-    Sum, Min, Max or Product). Returns the same structure, reduced. Every rank must pass arrays
-    of the same dtypes and shapes under the same name."""
+              postscale_factor: float = 1.0, process_set=global_process_set):
+    """Reduces an array, or every leaf of a pytree, over all processes (or those of
+    ``process_set``; op: Average by default, Sum, Min, Max or Product). Returns the same
+    structure, reduced. Every rank must pass arrays of the same dtypes and shapes under the same
+    name."""
+    set_id(process_set)
     if _is_leaf(tree):
         x = tree if hasattr(tree, "dtype") else jnp.asarray(tree)
-        name = array_ops.make_name("allreduce", name)
+        name = array_ops.make_name("allreduce", name, process_set)
         out, = _run(lambda a: [array_ops.allreduce(a, name, op, prescale_factor,
-                                                   postscale_factor)], [x], lambda: [_spec(x)])
+                                                   postscale_factor, process_set)],
+                    [x], lambda: [_spec(x)])
         return out
     leaves, treedef = _leaves(tree)
     if not leaves:
         return tree
-    reduced = grouped_allreduce(leaves, name, op, prescale_factor, postscale_factor)
+    reduced = grouped_allreduce(leaves, name, op, prescale_factor, postscale_factor, process_set)
     return jax.tree_util.tree_unflatten(treedef, reduced)
 
 
-def allgather(tree, name: Optional[str] = None):
+def allgather(tree, name: Optional[str] = None, process_set=global_process_set):
     """Concatenates every process's array (or every leaf of a pytree) on the first dimension.
     Eagerly the first dimension may differ across ranks; under jit it must be the same."""
     leaves, treedef = _leaves(tree)
-    base = array_ops.make_name("allgather", name)
+    base = array_ops.make_name("allgather", name, process_set)
     names = [base] if _is_leaf(tree) else ["%s.%d" % (base, i) for i in range(len(leaves))]
 
     def fn(*arrays):
-        handles = [array_ops.allgather_async(a, n) for a, n in zip(arrays, names)]
+        handles = [array_ops.allgather_async(a, n, process_set) for a, n in zip(arrays, names)]
         return [array_ops.synchronize(h) for h in handles]
-    specs = [_spec(x, (x.shape[0] * size()) if x.ndim else size()) for x in leaves]
+    n = set_size(process_set)
+    specs = [_spec(x, (x.shape[0] * n) if x.ndim else n) for x in leaves]
     return jax.tree_util.tree_unflatten(treedef, _run(fn, leaves, lambda: specs))
 
 
-def broadcast(tree, root_rank: int, name: Optional[str] = None):
-    """Returns root rank's array (or pytree of arrays) on every process."""
+def broadcast(tree, root_rank: int, name: Optional[str] = None, process_set=global_process_set):
+    """Returns root rank's array (or pytree of arrays) on every process (of ``process_set``;
+    root_rank is a global rank, a member)."""
+    set_id(process_set)
     leaves, treedef = _leaves(tree)
-    base = array_ops.make_name("broadcast", name)
+    base = array_ops.make_name("broadcast", name, process_set)
     names = [base] if _is_leaf(tree) else ["%s.%d" % (base, i) for i in range(len(leaves))]
 
     def fn(*arrays):
-        handles = [array_ops.broadcast_async(a, root_rank, n) for a, n in zip(arrays, names)]
+        handles = [array_ops.broadcast_async(a, root_rank, n, process_set)
+                   for a, n in zip(arrays, names)]
         return [array_ops.synchronize(h) for h in handles]
     return jax.tree_util.tree_unflatten(treedef, _run(fn, leaves,
                                                       lambda: [_spec(x) for x in leaves]))
 
 
-def alltoall(tensor, splits=None, name: Optional[str] = None):
+def alltoall(tensor, splits=None, name: Optional[str] = None, process_set=global_process_set):
     """Sends ``splits[i]`` rows to rank i (equal parts when None) and returns the rows received
     in rank order; with ``splits``, returns (output, received_splits). Eager only: the output's
     shape depends on the other ranks."""
     if _traced([tensor]):
         raise NotImplementedError("dadt.jax.alltoall runs eagerly only (its output shape depends "
                                   "on the other ranks); call it outside jax.jit")
-    out, received = array_ops.alltoall(np.asarray(tensor), splits, name)
+    out, received = array_ops.alltoall(np.asarray(tensor), splits, name, process_set)
     out = _to_jax(out)
     return out if splits is None else (out, _to_jax(received))
 
 
 def reducescatter(tensor, name: Optional[str] = None, op: int = Average,
-                  prescale_factor: float = 1.0, postscale_factor: float = 1.0):
-    """Reduces the array over all processes and returns this rank's block of rows (lower ranks
-    get one more row when the first dimension does not divide evenly)."""
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                  process_set=global_process_set):
+    """Reduces the array over all processes (or those of ``process_set``) and returns this
+    rank's block of rows (lower ranks get one more row when the first dimension does not divide
+    evenly)."""
     x = tensor if hasattr(tensor, "dtype") else jnp.asarray(tensor)
-    name = array_ops.make_name("reducescatter", name)
+    name = array_ops.make_name("reducescatter", name, process_set)
     if _traced([x]):
-        from dadt.common.basics import rank
-        rows = x.shape[0] // size() + (1 if rank() < x.shape[0] % size() else 0)
+        _, rows = call(_core.scatter_rows, x.shape[0], set_size(process_set),
+                       set_rank(process_set))
         specs = [_spec(x, rows)]
     else:
         specs = []
     out, = _run(lambda a: [array_ops.reducescatter(a, name, op, prescale_factor,
-                                                   postscale_factor)], [x], lambda: specs)
+                                                   postscale_factor, process_set)],
+                [x], lambda: specs)
     return out
 
 
-def barrier() -> None:
-    """Returns once every process has reached it."""
-    array_ops.barrier()
+def barrier(process_set=global_process_set) -> None:
+    """Returns once every process (of ``process_set``) has reached it."""
+    array_ops.barrier(process_set)
 
 
 def join() -> int:

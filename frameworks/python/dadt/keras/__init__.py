@@ -27,23 +27,25 @@ from dadt.keras.callbacks import broadcast_variables  # noqa: E402
 from dadt.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: E402
 
 
-def allreduce(value, name: _Optional[str] = None, op: int = _Average):
+def allreduce(value, name: _Optional[str] = None, op: int = _Average, process_set=None):
     """Reduces a NumPy-convertible value (a number, an array, a backend tensor) over all
-    processes; returns a NumPy array."""
+    processes (or those of ``process_set``); returns a NumPy array."""
     import keras
-    return _array_ops.allreduce(keras.ops.convert_to_numpy(value), name, op)
+    return _array_ops.allreduce(keras.ops.convert_to_numpy(value), name, op,
+                                process_set=process_set)
 
 
-def allgather(value, name: _Optional[str] = None):
-    """Concatenates every process's value on the first dimension; returns a NumPy array."""
+def allgather(value, name: _Optional[str] = None, process_set=None):
+    """Concatenates every process's value (of ``process_set``) on the first dimension; returns a
+    NumPy array."""
     import keras
-    return _array_ops.allgather(keras.ops.convert_to_numpy(value), name)
+    return _array_ops.allgather(keras.ops.convert_to_numpy(value), name, process_set)
 
 
-def broadcast(value, root_rank: int, name: _Optional[str] = None):
-    """Returns root rank's value on every process, as a NumPy array."""
+def broadcast(value, root_rank: int, name: _Optional[str] = None, process_set=None):
+    """Returns root rank's value on every process (of ``process_set``), as a NumPy array."""
     import keras
-    return _array_ops.broadcast(keras.ops.convert_to_numpy(value), root_rank, name)
+    return _array_ops.broadcast(keras.ops.convert_to_numpy(value), root_rank, name, process_set)
 
 
 broadcast_object = _array_ops.broadcast_object

@@ -20,13 +20,14 @@ def _host_value(variable) -> np.ndarray:
     return keras.ops.convert_to_numpy(keras.ops.stop_gradient(variable.value))
 
 
-def broadcast_variables(variables, root_rank: int = 0, name: Optional[str] = None) -> None:
-    """Assigns root rank's value to each Keras variable on every process (all broadcasts in
-    flight at once)."""
+def broadcast_variables(variables, root_rank: int = 0, name: Optional[str] = None,
+                        process_set=None) -> None:
+    """Assigns root rank's value to each Keras variable on every process (of ``process_set``;
+    all broadcasts in flight at once)."""
     variables = list(variables)
-    base = array_ops.make_name("broadcast_variables", name)
-    handles = [array_ops.broadcast_async(_host_value(v), root_rank,
-                                         "%s.%d" % (base, i)) for i, v in enumerate(variables)]
+    base = array_ops.make_name("broadcast_variables", name, process_set)
+    handles = [array_ops.broadcast_async(_host_value(v), root_rank, "%s.%d" % (base, i),
+                                         process_set) for i, v in enumerate(variables)]
     for v, h in zip(variables, handles):
         v.assign(array_ops.synchronize(h))
 

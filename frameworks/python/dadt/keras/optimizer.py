@@ -5,18 +5,20 @@ from typing import Optional
 
 import keras
 
+from dadt.common.process_sets import global_process_set, set_id, set_size
 from dadt.common.util import Average, Sum
 
 __all__ = ["DistributedOptimizer", "PartialDistributedOptimizer"]
 
 
-def _reduce_gradients(grads, op, compression, predivide, name, sparse_as_dense=False):
+def _reduce_gradients(grads, op, compression, predivide, name, sparse_as_dense=False,
+                      process_set=global_process_set):
     backend = keras.backend.backend()
     if backend == "tensorflow":
         from dadt.tensorflow.functions import allreduce_gradients
         return allreduce_gradients(grads, compression=compression or _tf_none(), op=op,
                                    gradient_predivide_factor=predivide, name=name,
-                                   sparse_as_dense=sparse_as_dense)
+                                   sparse_as_dense=sparse_as_dense, process_set=process_set)
     if compression is not None or predivide != 1.0:
         raise ValueError("compression and gradient_predivide_factor need the tensorflow backend "
                          "of Keras; this one is %r" % backend)
@@ -25,10 +27,12 @@ def _reduce_gradients(grads, op, compression, predivide, name, sparse_as_dense=F
         return grads
     if backend == "jax":
         from dadt.jax.ops import grouped_allreduce
-        reduced = grouped_allreduce([grads[i] for i in present], name=name, op=op)
+        reduced = grouped_allreduce([grads[i] for i in present], name=name, op=op,
+                                    process_set=process_set)
     elif backend == "torch":
         from dadt.torch import grouped_allreduce
-        reduced = grouped_allreduce([grads[i].contiguous() for i in present], name=name, op=op)
+        reduced = grouped_allreduce([grads[i].contiguous() for i in present], name=name, op=op,
+                                    process_set=process_set)
     else:
         raise ValueError("dadt.keras.DistributedOptimizer supports the tensorflow, jax and torch "
                          "backends of Keras, not %r" % backend)
@@ -71,10 +75,11 @@ class _Distributed:
             local = [False] * len(grads)
         reduced = _reduce_gradients([None if is_local else g for g, is_local in zip(grads, local)],
                                     self._dadt_op, self._dadt_compression, self._dadt_predivide,
-                                    self._dadt_name, self._dadt_sparse_as_dense)
+                                    self._dadt_name, self._dadt_sparse_as_dense,
+                                    self._dadt_process_set)
         if self._dadt_scale_local:
-            from dadt.common.basics import size
-            return [g / size() if is_local and g is not None else r
+            size = set_size(self._dadt_process_set)
+            return [g / size if is_local and g is not None else r
                     for g, r, is_local in zip(grads, reduced, local)]
         return [g if is_local else r for g, r, is_local in zip(grads, reduced, local)]
 
@@ -84,7 +89,8 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None,  # noqa: N802
                          gradient_predivide_factor: float = 1.0, op=Average,
                          backward_passes_per_step: int = 1,
                          average_aggregated_gradients: bool = False, num_groups: int = 0,
-                         groups=None, process_set=None, scale_local_gradients: bool = True):
+                         groups=None, process_set=global_process_set,
+                         scale_local_gradients: bool = True):
     """Returns a copy of a Keras 3 optimizer (same class and configuration, not yet built) that
     averages gradients across processes with one grouped allreduce per step, then applies them.
 
@@ -113,6 +119,8 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None,  # noqa: N802
         average_aggregated_gradients: with backward_passes_per_step > 1, apply the average of
             the accumulated gradients instead of their sum (Horovod's default: the sum).
         num_groups, groups: accepted for Horovod compatibility (one group per step).
+        process_set: the process set whose ranks average the gradients (default: every rank);
+            only its members may train with this optimizer.
         scale_local_gradients: see PartialDistributedOptimizer.
     """
     if not isinstance(optimizer, keras.optimizers.Optimizer):
@@ -123,9 +131,7 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None,  # noqa: N802
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be an int >= 1, got %r"
                          % (backward_passes_per_step,))
-    if process_set is not None:
-        raise NotImplementedError("dadt reduces over every process; process sets are not "
-                                  "supported")
+    set_id(process_set)  # an unregistered set is refused here, not at the first step
     base = type(optimizer)
     cls = type(base.__name__, (_Distributed, base), {"__module__": base.__module__})
     config = optimizer.get_config()
@@ -144,6 +150,7 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None,  # noqa: N802
     wrapped._dadt_average_aggregated = bool(average_aggregated_gradients)
     wrapped._dadt_local = {}
     wrapped._dadt_scale_local = bool(scale_local_gradients)
+    wrapped._dadt_process_set = process_set
     return wrapped
 
 
@@ -153,7 +160,7 @@ def PartialDistributedOptimizer(optimizer, name: Optional[str] = None,  # noqa: 
                                 gradient_predivide_factor: float = 1.0, op=Average,
                                 backward_passes_per_step: int = 1,
                                 average_aggregated_gradients: bool = False,
-                                groups=None, process_set=None, local_layers=None,
+                                groups=None, process_set=global_process_set, local_layers=None,
                                 scale_local_gradients: bool = True):
     """A DistributedOptimizer that keeps the gradients of ``local_layers`` (a Keras layer or a
     list of them) local: they are not reduced, only divided by the number of processes when

@@ -17,6 +17,7 @@ from dadt.common.basics import local_rank, local_size, rank, size
 from dadt.common.util import Average, Sum
 from dadt.tensorflow.compression import Compression
 from dadt.tensorflow.errors import to_tf_error
+from dadt.common.process_sets import global_process_set, set_size
 from dadt.tensorflow.mpi_ops import broadcast, grouped_allreduce
 
 __all__ = ["broadcast_variables", "broadcast_global_variables", "broadcast_object",
@@ -25,7 +26,8 @@ __all__ = ["broadcast_variables", "broadcast_global_variables", "broadcast_objec
            "local_size_op"]
 
 
-def broadcast_variables(variables, root_rank: int, name: Optional[str] = None):
+def broadcast_variables(variables, root_rank: int, name: Optional[str] = None,
+                        process_set=global_process_set):
     """Assigns root rank's value to each variable on every process, eagerly or in a graph.
     Returns None eagerly and in a tf.function (which runs the assignments by itself); in a
     tf.compat.v1 graph, the op that assigns them all (run it in the Session).
@@ -35,20 +37,23 @@ def broadcast_variables(variables, root_rank: int, name: Optional[str] = None):
             ``optimizer.variables``); the same variables, in the same order, on every rank.
         root_rank: the rank whose values win.
         name: base name of the broadcasts (generated when None).
+        process_set: the process set whose ranks take part (default: every rank).
     """
     variables = list(variables)
-    base = array_ops.make_name("broadcast_variables", name)
+    base = array_ops.make_name("broadcast_variables", name, process_set)
     if tf.executing_eagerly():
         # Every broadcast in flight at once, then the assignments.
         try:
-            handles = [array_ops.broadcast_async(v.numpy(), root_rank, "%s.%d" % (base, i))
+            handles = [array_ops.broadcast_async(v.numpy(), root_rank, "%s.%d" % (base, i),
+                                                 process_set)
                        for i, v in enumerate(variables)]
             for v, h in zip(variables, handles):
                 v.assign(array_ops.synchronize(h))
         except Exception as e:  # noqa: BLE001 - re-raised as its tf.errors class
             raise to_tf_error(e) from None
         return None
-    group = tf.group(*[v.assign(broadcast(v, root_rank, name="%s.%d" % (base, i)))
+    group = tf.group(*[v.assign(broadcast(v, root_rank, name="%s.%d" % (base, i),
+                                          process_set=process_set))
                        for i, v in enumerate(variables)])
     # A tf.function runs its assignments by itself (and may not return an Operation).
     return None if tf.inside_function() else group
@@ -95,9 +100,11 @@ def local_size_op(name: Optional[str] = None) -> tf.Tensor:
     return _geometry_op(local_size, name or "dadt_local_size")
 
 
-def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
-    """Pickles ``obj`` on root rank and returns root rank's object on every process (eager)."""
-    return array_ops.broadcast_object(obj, root_rank, name)
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+                     process_set=global_process_set) -> Any:
+    """Pickles ``obj`` on root rank and returns root rank's object on every process of
+    ``process_set`` (eager)."""
+    return array_ops.broadcast_object(obj, root_rank, name, process_set)
 
 
 def broadcast_object_fn(root_rank: int = 0, session: Any = None, name: Optional[str] = None):
@@ -112,19 +119,22 @@ def broadcast_object_fn(root_rank: int = 0, session: Any = None, name: Optional[
     return _bcast
 
 
-def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
-    """Pickles ``obj`` on every process and returns every rank's object, in rank order (eager)."""
-    return array_ops.allgather_object(obj, name)
+def allgather_object(obj: Any, name: Optional[str] = None,
+                     process_set=global_process_set) -> List[Any]:
+    """Pickles ``obj`` on every process of ``process_set`` and returns their objects, in rank
+    order (eager)."""
+    return array_ops.allgather_object(obj, name, process_set)
 
 
 def allreduce_gradients(grads, compression=Compression.none, op=Average,
                         gradient_predivide_factor: float = 1.0,
-                        name: Optional[str] = None, sparse_as_dense: bool = False) -> List[Any]:
+                        name: Optional[str] = None, sparse_as_dense: bool = False,
+                        process_set=global_process_set) -> List[Any]:
     """Reduces a list of gradients (None entries pass through) as one grouped allreduce.
     Sparse gradients (tf.IndexedSlices) have their rows allgathered (see `allreduce`), or are
     made dense first with ``sparse_as_dense=True``. With ``op=Average`` and a
     ``gradient_predivide_factor`` f, gradients are divided by f before the sum and by size/f
-    after."""
+    after (size: that of ``process_set``, whose ranks take part)."""
     if op not in (Average, Sum):
         raise ValueError("gradients are reduced with op=Average or op=Sum, got op=%r" % (op,))
     if gradient_predivide_factor != 1.0 and op != Average:
@@ -132,16 +142,17 @@ def allreduce_gradients(grads, compression=Compression.none, op=Average,
     grads = [tf.convert_to_tensor(g) if sparse_as_dense and isinstance(g, tf.IndexedSlices) else g
              for g in grads]
     present = [i for i, g in enumerate(grads) if g is not None]
-    if not present or size() == 1 and op == Average and gradient_predivide_factor == 1.0:
+    reducing = set_size(process_set)
+    if not present or reducing == 1 and op == Average and gradient_predivide_factor == 1.0:
         return grads
     prescale, postscale, reduce_op = 1.0, 1.0, op
     if gradient_predivide_factor != 1.0:
         prescale = 1.0 / gradient_predivide_factor
-        postscale = gradient_predivide_factor / size()
+        postscale = gradient_predivide_factor / reducing
         reduce_op = Sum
     reduced = grouped_allreduce([grads[i] for i in present], compression=compression,
                                 op=reduce_op, prescale_factor=prescale,
-                                postscale_factor=postscale, name=name)
+                                postscale_factor=postscale, name=name, process_set=process_set)
     out = list(grads)
     for i, r in zip(present, reduced):
         out[i] = r

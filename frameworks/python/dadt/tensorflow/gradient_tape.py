@@ -5,7 +5,7 @@ from typing import Any, Dict
 
 import tensorflow as tf
 
-from dadt.common.basics import size
+from dadt.common.process_sets import global_process_set, set_id, set_size
 from dadt.common.util import Average
 from dadt.tensorflow.compression import Compression
 from dadt.tensorflow.functions import allreduce_gradients
@@ -36,18 +36,19 @@ class DistributedGradientTape(tf.GradientTape):
         gradient_predivide_factor: see `allreduce_gradients`.
         num_groups, groups: accepted for Horovod compatibility; one call's gradients are
             always one group.
+        process_set: the process set whose ranks reduce the gradients (default: every rank);
+            a rank outside it must not call ``gradient()`` on this tape.
         scale_local_gradients: divide the gradients of local sources (see
-            `register_local_source`) by the number of processes, as Horovod does.
+            `register_local_source`) by the number of processes of the set, as Horovod does.
     """
 
     def __init__(self, gradtape, device_dense="", device_sparse="", compression=Compression.none,
                  sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0,
-                 num_groups=0, groups=None, process_set=None, scale_local_gradients=True):
+                 num_groups=0, groups=None, process_set=global_process_set,
+                 scale_local_gradients=True):
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor needs op=Average")
-        if process_set is not None:
-            raise NotImplementedError("dadt reduces over every process; process sets are not "
-                                      "supported")
+        set_id(process_set)  # refuses an unregistered set here rather than at gradient()
         # No super().__init__(): this tape takes over the recorded state of `gradtape`.
         self.__dict__.update(gradtape.__dict__)
         self._dadt_compression = compression
@@ -56,6 +57,7 @@ class DistributedGradientTape(tf.GradientTape):
         self._dadt_sparse_as_dense = sparse_as_dense
         self._dadt_scale_local = scale_local_gradients
         self._dadt_local: Dict[int, Any] = {}
+        self._dadt_process_set = process_set
 
     def register_local_source(self, source) -> None:
         """Marks a source (a variable) as local to this process: its gradient is not reduced
@@ -72,7 +74,9 @@ class DistributedGradientTape(tf.GradientTape):
             local = [False] * len(flat)
         reduced = allreduce_gradients([None if is_local else g for g, is_local in zip(flat, local)],
                                       self._dadt_compression, self._dadt_op, self._dadt_predivide,
-                                      sparse_as_dense=self._dadt_sparse_as_dense)
+                                      sparse_as_dense=self._dadt_sparse_as_dense,
+                                      process_set=self._dadt_process_set)
+        size = set_size(self._dadt_process_set)
         out = []
         for g, r, is_local in zip(flat, reduced, local):
             if not is_local:
@@ -80,16 +84,16 @@ class DistributedGradientTape(tf.GradientTape):
             elif g is None or not self._dadt_scale_local:
                 out.append(g)
             elif isinstance(g, tf.IndexedSlices):
-                out.append(tf.IndexedSlices(g.values / size(), g.indices, g.dense_shape))
+                out.append(tf.IndexedSlices(g.values / size, g.indices, g.dense_shape))
             else:
-                out.append(g / size())
+                out.append(g / size)
         return tf.nest.pack_sequence_as(grads, out)
 
 
 def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",  # noqa: N802
                                    compression=Compression.none, sparse_as_dense=False,
                                    op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                                   groups=None, process_set=None, local_layers=None,
+                                   groups=None, process_set=global_process_set, local_layers=None,
                                    scale_local_gradients=True) -> DistributedGradientTape:
     """A DistributedGradientTape that keeps the gradients of ``local_layers`` (a Keras layer or
     a list of them) local: their trainable weights are registered as local sources."""

@@ -25,7 +25,8 @@ import numpy as np
 import tensorflow as tf
 
 from dadt.common import array_ops, dlpack
-from dadt.common.basics import rank, size
+from dadt.common.basics import rank
+from dadt.common.process_sets import global_process_set, set_id, set_rank, set_size
 from dadt.common.util import (Adasum, Average, Max, Min, Product, Sum,
                               handle_average_backwards_compatibility)
 from dadt.tensorflow import graph_ops
@@ -114,46 +115,47 @@ def _check_differentiable(op: int) -> None:
 # ----------------------------------------------------------------------------------------------
 
 def _grouped(tensors: List[tf.Tensor], name: Optional[str], op: int, prescale: float,
-             postscale: float) -> List[tf.Tensor]:
-    base = array_ops.make_name("grouped_allreduce", name)
+             postscale: float, ps) -> List[tf.Tensor]:
+    base = array_ops.make_name("grouped_allreduce", name, ps)
 
     def forward(*xs):
-        return _run(lambda *a: array_ops.grouped_allreduce_async(a, base, op, prescale, postscale),
+        return _run(lambda *a: array_ops.grouped_allreduce_async(a, base, op, prescale, postscale,
+                                                                 ps),
                     list, ["%s.%d" % (base, i) for i in range(len(xs))],
                     xs, [x.dtype for x in xs], [x.shape for x in xs])
 
     def backward(*dys):
         _check_differentiable(op)
-        return _grouped([tf.convert_to_tensor(d) for d in dys], None, op, prescale, postscale)
+        return _grouped([tf.convert_to_tensor(d) for d in dys], None, op, prescale, postscale, ps)
     return list(_differentiable(forward, backward, *tensors))
 
 
 def _allreduce(tensor: tf.Tensor, name: Optional[str], op: int, prescale: float,
-               postscale: float) -> tf.Tensor:
-    name = array_ops.make_name("allreduce", name)
+               postscale: float, ps=None) -> tf.Tensor:
+    name = array_ops.make_name("allreduce", name, ps)
 
     def forward(x):
-        return _run(lambda a: array_ops.allreduce_async(a, name, op, prescale, postscale),
+        return _run(lambda a: array_ops.allreduce_async(a, name, op, prescale, postscale, ps),
                     lambda r: [r], [name], [x], [x.dtype], [x.shape])[0]
 
     def backward(dy):
         _check_differentiable(op)
-        return _allreduce(tf.convert_to_tensor(dy), None, op, prescale, postscale)
+        return _allreduce(tf.convert_to_tensor(dy), None, op, prescale, postscale, ps)
     return _differentiable(forward, backward, tensor)
 
 
 def _sparse_allreduce(slices: tf.IndexedSlices, name: Optional[str], op: int, prescale: float,
-                      postscale: float) -> tf.IndexedSlices:
+                      postscale: float, ps=None) -> tf.IndexedSlices:
     """Horovod's reduction of a sparse gradient: every rank's rows (values and indices) are
     allgathered; rows that repeat are summed when the slices are applied. Average divides the
     values by the number of processes."""
     if op not in (Average, Sum):
         raise NotImplementedError("a tf.IndexedSlices is reduced with op=Average or op=Sum (its "
                                   "rows are allgathered), not op=%r" % (op,))
-    base = array_ops.make_name("allreduce", name)
-    values = allgather(slices.values, name=base + ".values")
-    indices = allgather(slices.indices, name=base + ".indices")
-    scale = prescale * postscale / (size() if op == Average else 1)
+    base = array_ops.make_name("allreduce", name, ps)
+    values = allgather(slices.values, name=base + ".values", process_set=ps)
+    indices = allgather(slices.indices, name=base + ".indices", process_set=ps)
+    scale = prescale * postscale / (set_size(ps) if op == Average else 1)
     if scale != 1:
         values = values * tf.cast(scale, values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
@@ -161,7 +163,7 @@ def _sparse_allreduce(slices: tf.IndexedSlices, name: Optional[str], op: int, pr
 
 def allreduce(tensor, average=None, device_dense="", device_sparse="",
               compression=Compression.none, op=None, prescale_factor=1.0, postscale_factor=1.0,
-              name=None):
+              name=None, process_set=global_process_set):
     """Reduces a tensor over all dadt processes; the input is not modified.
 
     The reduction is keyed by ``name`` (generated when None); every rank must submit a tensor of
@@ -177,42 +179,48 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
         op: Average (default), Sum, Min, Max or Product.
         prescale_factor, postscale_factor: multiply the input before / the result after.
         name: the collective's name.
+        process_set: the process set whose ranks take part (default: every rank); Average
+            divides by its size.
 
     Returns:
         A tensor of the same shape and dtype, reduced across all processes.
     """
     op = handle_average_backwards_compatibility(op, average)
+    set_id(process_set)
     if isinstance(tensor, tf.IndexedSlices):
-        return _sparse_allreduce(tensor, name, op, prescale_factor, postscale_factor)
+        return _sparse_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set)
     t = _as_tensor(tensor, name or "allreduce")
     compressed, ctx = compression.compress(t)
     return compression.decompress(_allreduce(compressed, name, op, prescale_factor,
-                                             postscale_factor), ctx)
+                                             postscale_factor, process_set), ctx)
 
 
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=Compression.none, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, name=None) -> List[Any]:
+                      postscale_factor=1.0, name=None,
+                      process_set=global_process_set) -> List[Any]:
     """Reduces a list of tensors as one fused collective (members are named ``'<name>.<i>'``).
     Arguments are those of `allreduce`; returns the list of reduced tensors. tf.IndexedSlices
     members are allgathered (see `allreduce`), the dense ones reduced together."""
     op = handle_average_backwards_compatibility(op, average)
+    set_id(process_set)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped allreduce needs at least one tensor")
-    base = array_ops.make_name("grouped_allreduce", name)
+    base = array_ops.make_name("grouped_allreduce", name, process_set)
     out: List[Any] = [None] * len(tensors)
     dense = []
     for i, t in enumerate(tensors):
         if isinstance(t, tf.IndexedSlices):
             out[i] = _sparse_allreduce(t, "%s.sparse.%d" % (base, i), op, prescale_factor,
-                                       postscale_factor)
+                                       postscale_factor, process_set)
         else:
             dense.append(i)
     if dense:
         ts = [_as_tensor(tensors[i], "%s.%d" % (base, i)) for i in dense]
         pairs = [compression.compress(t) for t in ts]
-        reduced = _grouped([c for c, _ in pairs], base, op, prescale_factor, postscale_factor)
+        reduced = _grouped([c for c, _ in pairs], base, op, prescale_factor, postscale_factor,
+                           process_set)
         for i, r, (_, ctx) in zip(dense, reduced, pairs):
             out[i] = compression.decompress(r, ctx)
     return out
@@ -222,60 +230,64 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
 # allgather, broadcast, alltoall, reducescatter
 # ----------------------------------------------------------------------------------------------
 
-def _allgather_backward(x: tf.Tensor, dy: tf.Tensor) -> tf.Tensor:
-    """This rank's rows of the averaged gradient of an allgather of ``x``."""
-    reduced = _allreduce(tf.convert_to_tensor(dy), None, Average, 1.0, 1.0)
+def _allgather_backward(x: tf.Tensor, dy: tf.Tensor, ps=None) -> tf.Tensor:
+    """This rank's rows of the averaged gradient of an allgather of ``x`` over set ``ps``."""
+    reduced = _allreduce(tf.convert_to_tensor(dy), None, Average, 1.0, 1.0, ps)
     if not x.shape.rank:
-        return reduced[rank()]
+        return reduced[set_rank(ps)]
     rows = tf.shape(x, out_type=tf.int64)[:1]
-    counts = allgather(rows)
-    start = tf.reduce_sum(counts[:rank()])
+    counts = allgather(rows, process_set=ps)
+    start = tf.reduce_sum(counts[:set_rank(ps)])
     return reduced[start:start + rows[0]]
 
 
-def allgather(tensor, name=None) -> tf.Tensor:
-    """Concatenates the tensor of every process on the first dimension (which may differ across
-    ranks; the other dimensions must match). Differentiable: the gradient is this rank's rows
-    of the averaged incoming gradient."""
-    name = array_ops.make_name("allgather", name)
+def allgather(tensor, name=None, process_set=global_process_set) -> tf.Tensor:
+    """Concatenates the tensor of every process (of ``process_set``, by rank within it) on the
+    first dimension (which may differ across ranks; the other dimensions must match).
+    Differentiable: the gradient is this rank's rows of the averaged incoming gradient."""
+    name = array_ops.make_name("allgather", name, process_set)
     t = _as_tensor(tensor, name)
+    ps = process_set
+    set_id(ps)
 
     def forward(x):
-        return _run(lambda a: array_ops.allgather_async(a, name), lambda r: [r], [name], [x],
+        return _run(lambda a: array_ops.allgather_async(a, name, ps), lambda r: [r], [name], [x],
                     [x.dtype], [_rows_unknown(x.shape)])[0]
-    return _differentiable(forward, lambda dy: _allgather_backward(t, dy), t)
+    return _differentiable(forward, lambda dy: _allgather_backward(t, dy, ps), t)
 
 
-def grouped_allgather(tensors, name=None) -> List[tf.Tensor]:
+def grouped_allgather(tensors, name=None, process_set=global_process_set) -> List[tf.Tensor]:
     """Allgathers a list of tensors in one step (members are named ``'<name>.<i>'``); each
     result is that of `allgather`. Differentiable."""
-    base = array_ops.make_name("grouped_allgather", name)
+    base = array_ops.make_name("grouped_allgather", name, process_set)
     ts = [_as_tensor(t, "%s.%d" % (base, i)) for i, t in enumerate(tensors)]
     if not ts:
         raise ValueError("grouped allgather needs at least one tensor")
 
     def forward(*xs):
-        return _run(lambda *a: array_ops.grouped_allgather_async(a, base), list,
+        return _run(lambda *a: array_ops.grouped_allgather_async(a, base, process_set), list,
                     ["%s.%d" % (base, i) for i in range(len(xs))], xs, [x.dtype for x in xs],
                     [_rows_unknown(x.shape) for x in xs])
 
     def backward(*dys):
-        return [_allgather_backward(x, dy) for x, dy in zip(ts, dys)]
+        return [_allgather_backward(x, dy, process_set) for x, dy in zip(ts, dys)]
     return list(_differentiable(forward, backward, *ts))
 
 
-def broadcast(tensor, root_rank, name=None) -> tf.Tensor:
-    """Returns root rank's value of the tensor on every process; the input is not modified.
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set) -> tf.Tensor:
+    """Returns root rank's value of the tensor on every process (of ``process_set``; root_rank is
+    a global rank, a member); the input is not modified.
     Differentiable: root rank receives the average of every rank's gradient, others zero (every
     rank takes part in the averaging, so that the collective completes)."""
-    name = array_ops.make_name("broadcast", name)
+    name = array_ops.make_name("broadcast", name, process_set)
 
     def forward(x):
-        return _run(lambda a: array_ops.broadcast_async(a, root_rank, name), lambda r: [r],
+        return _run(lambda a: array_ops.broadcast_async(a, root_rank, name, process_set),
+                    lambda r: [r],
                     [name], [x], [x.dtype], [x.shape])[0]
 
     def backward(dy):
-        reduced = _allreduce(tf.convert_to_tensor(dy), None, Average, 1.0, 1.0)
+        reduced = _allreduce(tf.convert_to_tensor(dy), None, Average, 1.0, 1.0, process_set)
         if rank() == root_rank:
             return reduced
         # The zeros depend on the allreduce: without it a graph would prune the allreduce on
@@ -298,18 +310,18 @@ def broadcast_(variables, root_rank, name=None):
     return items[0] if single else items
 
 
-def alltoall(tensor, splits=None, name=None):
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends ``splits[i]`` rows of the tensor to rank i (equal parts when None) and returns the
     rows received, in rank order; with ``splits`` given, returns (output, received_splits).
     Differentiable: the gradient is the reverse alltoall. Invalid splits raise
-    tf.errors.InvalidArgumentError."""
-    name = array_ops.make_name("alltoall", name)
+    tf.errors.InvalidArgumentError. With ``process_set``, ``splits`` has one entry per member."""
+    name = array_ops.make_name("alltoall", name, process_set)
     split_list = None if splits is None else tf.convert_to_tensor(splits, dtype=tf.int32)
     received = []
 
     def forward(x):
         def submit(a, *s):
-            return array_ops.alltoall_async(a, s[0] if s else None, name)
+            return array_ops.alltoall_async(a, s[0] if s else None, name, process_set)
         inputs = [x] if split_list is None else [x, split_list]
         out, got = _run(submit, list, [name], inputs, [x.dtype, tf.int32],
                         [_rows_unknown(x.shape), tf.TensorShape([None])])
@@ -317,60 +329,63 @@ def alltoall(tensor, splits=None, name=None):
         return out
 
     def backward(dy):
-        back, _ = alltoall(tf.convert_to_tensor(dy), splits=received[0])
+        back, _ = alltoall(tf.convert_to_tensor(dy), splits=received[0], process_set=process_set)
         return back
     out = _differentiable(forward, backward, _as_tensor(tensor, name))
     return out if splits is None else (out, received[0])
 
 
-def _reducescatter_scale(op: int, prescale: float, postscale: float) -> float:
-    # Horovod's gradient: allgather(dy), times the number of processes for Sum.
-    return prescale * postscale * (size() if op == Sum else 1)
+def _reducescatter_scale(op: int, prescale: float, postscale: float, ps) -> float:
+    # Horovod's gradient: allgather(dy), times the number of processes of the set for Sum.
+    return prescale * postscale * (set_size(ps) if op == Sum else 1)
 
 
-def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=global_process_set):
     """Reduces the tensor over all processes and returns this rank's block of rows (lower ranks
     get one more row when the first dimension does not divide evenly). Differentiable: the
     gradient is an allgather (times the number of processes for op=Sum, as Horovod's)."""
-    name = array_ops.make_name("reducescatter", name)
-    scale = _reducescatter_scale(op, prescale_factor, postscale_factor)
+    name = array_ops.make_name("reducescatter", name, process_set)
+    scale = _reducescatter_scale(op, prescale_factor, postscale_factor, process_set)
 
     def forward(x):
         return _run(lambda a: array_ops.reducescatter_async(a, name, op, prescale_factor,
-                                                            postscale_factor),
+                                                            postscale_factor, process_set),
                     lambda r: [r], [name], [x], [x.dtype], [_rows_unknown(x.shape)])[0]
 
     def backward(dy):
-        gathered = allgather(tf.convert_to_tensor(dy))
+        gathered = allgather(tf.convert_to_tensor(dy), process_set=process_set)
         return gathered * tf.cast(scale, gathered.dtype) if scale != 1 else gathered
     return _differentiable(forward, backward, _as_tensor(tensor, name))
 
 
 def grouped_reducescatter(tensors, name=None, op=Average, prescale_factor=1.0,
-                          postscale_factor=1.0) -> List[tf.Tensor]:
+                          postscale_factor=1.0, process_set=global_process_set) -> List[tf.Tensor]:
     """Reducescatters a list of tensors in one step (members are named ``'<name>.<i>'``); each
     result is that of `reducescatter`. Differentiable."""
-    base = array_ops.make_name("grouped_reducescatter", name)
+    base = array_ops.make_name("grouped_reducescatter", name, process_set)
     ts = [_as_tensor(t, "%s.%d" % (base, i)) for i, t in enumerate(tensors)]
     if not ts:
         raise ValueError("grouped reducescatter needs at least one tensor")
-    scale = _reducescatter_scale(op, prescale_factor, postscale_factor)
+    scale = _reducescatter_scale(op, prescale_factor, postscale_factor, process_set)
 
     def forward(*xs):
         return _run(lambda *a: array_ops.grouped_reducescatter_async(
-            a, base, op, prescale_factor, postscale_factor), list,
+            a, base, op, prescale_factor, postscale_factor, process_set), list,
             ["%s.%d" % (base, i) for i in range(len(xs))], xs, [x.dtype for x in xs],
             [_rows_unknown(x.shape) for x in xs])
 
     def backward(*dys):
-        gathered = grouped_allgather([tf.convert_to_tensor(d) for d in dys])
+        gathered = grouped_allgather([tf.convert_to_tensor(d) for d in dys],
+                                     process_set=process_set)
         return [g * tf.cast(scale, g.dtype) if scale != 1 else g for g in gathered]
     return list(_differentiable(forward, backward, *ts))
 
 
-def barrier() -> None:
-    """Returns once every process has reached it (eager only)."""
-    array_ops.barrier()
+def barrier(process_set=global_process_set) -> None:
+    """Returns once every process of ``process_set`` (default: every rank) has reached it (eager
+    only)."""
+    array_ops.barrier(process_set)
 
 
 def join() -> int:

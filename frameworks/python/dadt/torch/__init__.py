@@ -20,6 +20,8 @@ from dadt.common.basics import (start_timeline, stop_timeline, ccl_built, cross_
                                 gloo_built, gloo_enabled, init, is_initialized, local_rank,
                                 local_size, mpi_built, mpi_enabled, mpi_threads_supported,
                                 nccl_built, rank, rocm_built, shutdown, size)
+from dadt.common.process_sets import (ProcessSet, add_process_set, global_process_set,
+                                      remove_process_set)
 from dadt.common.exceptions import (DadtInternalError, DeviceMismatchError, HorovodInternalError,
                                     TensorMismatchError)
 from dadt.torch.collectives import (allgather, allreduce, alltoall, broadcast, grouped_allgather,
@@ -45,6 +47,8 @@ __all__ = [
     "cross_rank", "cross_size", "mpi_threads_supported", "mpi_enabled", "mpi_built",
     "gloo_enabled", "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
     "ccl_built",
+    # process sets
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     # exceptions
     "DadtInternalError", "DeviceMismatchError", "HorovodInternalError", "TensorMismatchError",
     # reduce ops

@@ -7,7 +7,8 @@ from typing import Any, List, Optional
 
 import torch
 
-from dadt.common.basics import rank, size
+from dadt.common.basics import rank
+from dadt.common.process_sets import global_process_set, set_id, set_size
 from dadt.common.util import Average, Sum
 from dadt.torch.collectives import allgather
 from dadt.torch.handles import auto_name, synchronize
@@ -17,7 +18,7 @@ __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_objec
            "allgather_object"]
 
 
-def broadcast_parameters(params, root_rank: int) -> None:
+def broadcast_parameters(params, root_rank: int, process_set=global_process_set) -> None:
     """Broadcasts the parameters from root rank to all other processes. Typical usage is to
     broadcast the ``model.state_dict()``, ``model.named_parameters()``, or
     ``model.parameters()``.
@@ -28,7 +29,8 @@ def broadcast_parameters(params, root_rank: int) -> None:
             - dict of parameters to broadcast
             - iterable of (name, parameter) pairs, e.g. ``model.named_parameters()``
         root_rank: The rank of the process from which parameters will be broadcasted to all
-            other processes.
+            other processes (a global rank, a member of `process_set`).
+        process_set: Process set whose ranks take part (default: every rank).
     """
     if isinstance(params, dict):
         params = sorted(params.items())
@@ -41,14 +43,14 @@ def broadcast_parameters(params, root_rank: int) -> None:
     # Run asynchronous broadcasts, in place.
     handles = []
     for name, p in params:
-        handles.append(broadcast_async_(p, root_rank, name))
+        handles.append(broadcast_async_(p, root_rank, name, process_set=process_set))
 
     # Wait for completion.
     for handle in handles:
         synchronize(handle)
 
 
-def broadcast_optimizer_state(optimizer, root_rank: int) -> None:
+def broadcast_optimizer_state(optimizer, root_rank: int, process_set=global_process_set) -> None:
     """Broadcasts an optimizer state from root rank to all other processes.
 
     Afterwards every rank holds root rank's state: the hyperparameters of each parameter group
@@ -63,7 +65,8 @@ def broadcast_optimizer_state(optimizer, root_rank: int) -> None:
     Arguments:
         optimizer: An optimizer (a torch.optim.Optimizer or a DistributedOptimizer).
         root_rank: The rank of the process from which the optimizer will be broadcasted to all
-            other processes.
+            other processes (a global rank, a member of `process_set`).
+        process_set: Process set whose ranks take part (default: every rank).
     """
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
@@ -81,7 +84,8 @@ def broadcast_optimizer_state(optimizer, root_rank: int) -> None:
                     else:
                         scalars[(gi, pi, key)] = value
     options, scalars, tensors = broadcast_object((options, scalars, tensors), root_rank,
-                                                 name="optimizer_state.layout")
+                                                 name="optimizer_state.layout",
+                                                 process_set=process_set)
 
     handles = []
     for gi, pi, key, shape, dtype in tensors:
@@ -91,7 +95,7 @@ def broadcast_optimizer_state(optimizer, root_rank: int) -> None:
                 and value.is_contiguous() and value.device.type == "cpu"):
             value = state[key] = torch.empty(shape, dtype=dtype)
         handles.append(broadcast_async_(value, root_rank, "optimizer_state.%d.%d.%s"
-                                        % (gi, pi, key)))
+                                        % (gi, pi, key), process_set=process_set))
     for handle in handles:
         synchronize(handle)
     mode_state = getattr(optimizer, "_broadcast_mode_state", None)  # DistributedOptimizer modes
@@ -132,7 +136,8 @@ def _from_bytes_tensor(t: torch.Tensor) -> Any:
     return pickle.loads(ctypes.string_at(t.data_ptr(), t.numel()))
 
 
-def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+                     process_set=global_process_set) -> Any:
     """Serializes and broadcasts an object from root rank to all other processes. Typical usage
     is to broadcast the `optimizer.state_dict()`, for example:
 
@@ -150,72 +155,79 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -
             other processes.
         name: Optional name to use during broadcast; the same on every rank (generated when
             None).
+        process_set: Process set whose ranks take part (default: every rank); `root_rank` is
+            a global rank that is a member.
 
     Returns:
         The object that was broadcast from the `root_rank`.
     """
-    name = auto_name("broadcast_object", name)
+    name = auto_name("broadcast_object", name, process_set)
     if rank() == root_rank:
         t = _to_bytes_tensor(obj)
         sz = torch.tensor([t.numel()], dtype=torch.int64)
-        broadcast_(sz, root_rank, name + ".sz")
+        broadcast_(sz, root_rank, name + ".sz", process_set=process_set)
     else:
         sz = torch.zeros(1, dtype=torch.int64)
-        broadcast_(sz, root_rank, name + ".sz")
+        broadcast_(sz, root_rank, name + ".sz", process_set=process_set)
         t = torch.empty(int(sz.item()), dtype=torch.uint8)
-    broadcast_(t, root_rank, name + ".t")
+    broadcast_(t, root_rank, name + ".t", process_set=process_set)
     if rank() != root_rank:
         obj = _from_bytes_tensor(t)
     return obj
 
 
-def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
+def allgather_object(obj: Any, name: Optional[str] = None,
+                     process_set=global_process_set) -> List[Any]:
     """Serializes and allgathers an object from all other processes.
 
     Arguments:
         obj: An object capable of being serialized without losing any context.
         name: Optional name to use during allgather; the same on every rank (generated when
             None).
+        process_set: Process set whose ranks take part (default: every rank).
 
     Returns:
-        The list of objects that were allgathered across all ranks.
+        The list of objects that were allgathered across the ranks of `process_set`, in rank
+        order.
     """
-    name = auto_name("allgather_object", name)
+    name = auto_name("allgather_object", name, process_set)
     t = _to_bytes_tensor(obj)
-    sizes = allgather(torch.tensor([t.numel()], dtype=torch.int64), name=name + ".sz").tolist()
-    gathered = allgather(t, name=name + ".t")
+    sizes = allgather(torch.tensor([t.numel()], dtype=torch.int64), name=name + ".sz",
+                      process_set=process_set).tolist()
+    gathered = allgather(t, name=name + ".t", process_set=process_set)
     offsets = [0] + list(itertools.accumulate(sizes))
-    return [_from_bytes_tensor(gathered[offsets[i]:offsets[i + 1]]) for i in range(size())]
+    return [_from_bytes_tensor(gathered[offsets[i]:offsets[i + 1]]) for i in range(len(sizes))]
 
 
-def sparse_allreduce_async(tensor, name: str, op: int, process_set=None):
+def sparse_allreduce_async(tensor, name: str, op: int, process_set=global_process_set):
     """Starts an allreduce of a sparse COO tensor as Horovod does: its indices and values are
     allgathered (so every rank's nonzeros travel, not a dense copy) and summed by coalescing.
-    Returns a function that waits and returns the reduced sparse tensor (divided by size() for
-    Average).
+    Returns a function that waits and returns the reduced sparse tensor (divided by
+    the process set's size for Average).
 
     Arguments:
         tensor: A sparse COO tensor (torch.sparse_coo).
         name: The collectives' name prefix (``<name>.indices``, ``<name>.values``).
         op: Sum or Average.
-        process_set: Must be None (process sets are not supported yet).
+        process_set: Process set whose ranks take part (default: every rank).
     """
-    if process_set is not None:
-        raise NotImplementedError("process sets are not supported by dadt yet")
+    set_id(process_set)
     if not (isinstance(tensor, torch.Tensor) and tensor.layout == torch.sparse_coo):
         raise ValueError("sparse_allreduce_async takes a sparse COO tensor, got %s"
                          % (tensor.layout if isinstance(tensor, torch.Tensor) else type(tensor)))
     if op not in (Average, Sum):
         raise ValueError("sparse_allreduce_async reduces with Sum or Average only")
     # Allgather concatenates along the first dimension: one row per nonzero.
-    indices = allgather_async(tensor._indices().t().contiguous(), name="%s.indices" % name)
-    values = allgather_async(tensor._values().contiguous(), name="%s.values" % name)
+    indices = allgather_async(tensor._indices().t().contiguous(), name="%s.indices" % name,
+                              process_set=process_set)
+    values = allgather_async(tensor._values().contiguous(), name="%s.values" % name,
+                             process_set=process_set)
 
     def finish():
         gathered_values = synchronize(values)
         gathered_indices = synchronize(indices)
         if op == Average:
-            gathered_values = gathered_values / size()
+            gathered_values = gathered_values / set_size(process_set)
         return torch.sparse_coo_tensor(gathered_indices.t(), gathered_values, tensor.size())
 
     return finish

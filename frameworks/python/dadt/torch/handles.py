@@ -18,7 +18,9 @@ import torch.utils.dlpack
 
 from dadt.common.basics import _core, call, on_new_incarnation, wait_all
 from dadt.common.exceptions import DadtInternalError, DeviceMismatchError
+from dadt.common import in_flight
 from dadt.common.in_flight import InFlightNames
+from dadt.common.process_sets import enqueue_kwargs
 from dadt.common.util import NOT_INITIALIZED, Average, collective_name
 
 _SUPPORTED_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.uint16, torch.int32, torch.int64,
@@ -26,9 +28,10 @@ _SUPPORTED_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.uint16, torch.i
 
 
 class Member(NamedTuple):
-    """One enqueued collective: the runtime's handle, its name, and what must outlive it."""
+    """One enqueued collective: the runtime's handle, its in-flight key (the name; with the
+    process set id for another set than the global one), and what must outlive it."""
     handle: int
-    name: str
+    name: Any
     keep: Tuple[Any, ...]  # capsules and tensors
     # A GPU tensor staged through host memory: (GPU output, host result) copied back on success.
     copy_back: Optional[Tuple[Any, Any]] = None
@@ -89,11 +92,14 @@ def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],
             output: Optional[torch.Tensor] = None, reduce_op: int = Average,
             prescale_factor: float = 1.0, postscale_factor: float = 1.0, root_rank: int = 0,
             splits: Optional[List[int]] = None, group_id: int = -1,
-            group_size: int = 0) -> Member:
-    """Enqueues one collective in the runtime; pass the result to `register()`."""
+            group_size: int = 0, process_set=None) -> Member:
+    """Enqueues one collective in the runtime, on ``process_set`` (None: the global set); pass
+    the result to `register()`."""
     if not _core.is_initialized():
         raise ValueError(NOT_INITIALIZED)
-    _names_in_flight.check(name)
+    set_kwargs = enqueue_kwargs(process_set)
+    name_key = in_flight.key(name, set_kwargs.get("process_set_id", 0))
+    _names_in_flight.check(name_key)
     stream, staged_device, copy_back = 0, -1, None
     gpu = tensor is not None and tensor.device.type == "cuda"
     if gpu and _core.device_backend() == "nccl":
@@ -116,9 +122,9 @@ def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],
         out_capsule = _capsule(output)
     handle = call(_core.enqueue, op_type, name, in_capsule, out_capsule, int(reduce_op),
                   float(prescale_factor), float(postscale_factor), int(root_rank), splits,
-                  group_id, group_size, stream, staged_device)
-    _names_in_flight.add(name, handle)
-    return Member(handle, name, (in_capsule, out_capsule, tensor, output), copy_back)
+                  group_id, group_size, stream, staged_device, **set_kwargs)
+    _names_in_flight.add(name_key, handle)
+    return Member(handle, name_key, (in_capsule, out_capsule, tensor, output), copy_back)
 
 
 def _capsule(tensor: torch.Tensor) -> Any:

@@ -5,6 +5,7 @@ from contextlib import contextmanager
 
 import torch
 
+from dadt.common.process_sets import global_process_set, set_id
 from dadt.common.util import Adasum, Average, Sum
 from dadt.torch.compression import Compression
 from dadt.torch import training_modes
@@ -22,7 +23,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
-                 mode="sync", model=None, bucket_bytes=None):
+                 mode="sync", model=None, bucket_bytes=None, process_set=global_process_set):
         super(self.__class__, self).__init__(params)
 
         all_params = [v for group in self.param_groups for v in group["params"]]
@@ -58,7 +59,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         cls = self.__class__
         host = training_modes.EngineHost(
             self, self._parameter_names, compression,
-            base_step=lambda *args: super(cls, self).step(*args))  # the wrapped step, not dadt's
+            base_step=lambda *args: super(cls, self).step(*args),  # the wrapped step, not dadt's
+            process_set=process_set)
+        self.process_set = process_set
         self._engine = training_modes.ENGINES[mode].create(
             host, all_params, model=model, bucket_bytes=bucket_bytes, groups=groups)
 
@@ -139,8 +142,8 @@ def _find_duplicates(items):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         groups=None, sparse_as_dense=False, *, num_groups=0, mode="sync",
-                         model=None, bucket_bytes=None):
+                         groups=None, sparse_as_dense=False, process_set=global_process_set, *,
+                         num_groups=0, mode="sync", model=None, bucket_bytes=None):
     """
     An optimizer that wraps another torch.optim.Optimizer, using an allreduce to combine gradient
     values before applying gradients to model weights.
@@ -190,6 +193,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                 explicit groups.
         sparse_as_dense: If set True, convert all sparse gradients to dense and perform allreduce,
                          then convert back to sparse before applying the update.
+        process_set: Process set whose ranks average the gradients (default: every rank);
+                     mode="sync" only. A rank outside the set trains on its own gradients
+                     (as in Horovod); Average divides by the set's size.
         num_groups: Deprecated, use `groups`.
         mode: How gradients are exchanged (docs/training-modes.md):
               "sync" (default): the averaged gradients of this step are applied by step().
@@ -212,6 +218,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     training_modes.ENGINES[mode].check_options(
         model=model, backward_passes_per_step=backward_passes_per_step,
         groups=groups if groups is not None else (num_groups or None))
+    if set_id(process_set) != 0 and mode != "sync":
+        raise ValueError("DistributedOptimizer(mode=%r) reduces over every rank; process_set= "
+                         "needs mode=\"sync\"" % mode)
     if model is not None and not isinstance(model, torch.nn.Module):
         raise ValueError("model must be a torch.nn.Module, got %s" % type(model).__name__)
     if bucket_bytes is not None and (not isinstance(bucket_bytes, int) or bucket_bytes < 0):
@@ -235,7 +244,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-              op, gradient_predivide_factor, groups, sparse_as_dense, mode, model, bucket_bytes)
+              op, gradient_predivide_factor, groups, sparse_as_dense, mode, model, bucket_bytes,
+              process_set)
     opt.defaults = optimizer.defaults
     opt.state.update(optimizer.state)
     return opt

@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Tuple
 
 import torch
 
-from dadt.common.basics import size
+from dadt.common.process_sets import set_size
 from dadt.common.util import Average, Sum
 
 
@@ -34,8 +34,9 @@ class EngineHost:
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, names: Dict[torch.Tensor, str],
-                 compression, base_step: Callable):
+                 compression, base_step: Callable, process_set=None):
         self._optimizer = optimizer
+        self._process_set = process_set
         self._names = names
         self._compression = compression
         self._base_step = base_step
@@ -52,6 +53,20 @@ class EngineHost:
         return self._optimizer.param_groups
 
     @property
+    def process_set(self):
+        """The process set whose ranks average the gradients (None: every rank). Only the sync
+        mode takes another than the global set (DistributedOptimizer refuses the others)."""
+        return self._process_set
+
+    def reducing_ranks(self) -> int:
+        """How many ranks reduce the gradients: the process set's size (0 when this rank is not
+        a member: it then trains alone, as Horovod's non-members do)."""
+        ps = self._process_set
+        if ps is not None and ps.process_set_id != 0 and not ps.included():
+            return 0
+        return set_size(ps)
+
+    @property
     def op(self):
         """The reduction of the gradients across ranks: Average or Sum."""
         return self._optimizer.op
@@ -66,10 +81,10 @@ class EngineHost:
 
     def reduction(self) -> Tuple[object, float, float]:
         """(op, prescale, postscale) of a gradient collective: gradient_predivide_factor f splits
-        the average into 1/f before and f/size after the sum."""
+        the average into 1/f before and f/size after the sum (size: the process set's)."""
         op, f = self._optimizer.op, self._optimizer.gradient_predivide_factor
         if op == Average and f != 1.0:
-            return Sum, 1.0 / f, f / size()
+            return Sum, 1.0 / f, f / set_size(self._process_set)
         return op, 1.0, 1.0
 
     # -- acting ----------------------------------------------------------------------------------

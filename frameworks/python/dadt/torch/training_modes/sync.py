@@ -12,7 +12,7 @@ import warnings
 
 import torch
 
-from dadt.common.basics import size
+from dadt.common.process_sets import set_size
 from dadt.common.util import Average, split_list
 from dadt.torch.functions import broadcast_object
 from dadt.torch.handles import synchronize
@@ -40,7 +40,8 @@ class SyncEngine(ModeEngine):
         self._groups = groups
         self._p_to_group = {}
         self._group_counts = {}
-        if size() > 1:
+        # A rank outside the optimizer's process set, or a set of one, trains alone: no hooks.
+        if host.reducing_ranks() > 1:
             self._register_hooks()
 
     # -- the ModeEngine interface -----------------------------------------------------------------
@@ -122,9 +123,11 @@ class SyncEngine(ModeEngine):
         p_list = [p for group in self._host.param_groups for p in group["params"]
                   if p.requires_grad]
         if self._groups is not None:
-            # Every rank must form the same groups in the same order: take rank 0's order.
-            names = broadcast_object([name_of(p) for p in p_list], root_rank=0,
-                                     name="DistributedOptimizer.parameter_order")
+            # Every rank must form the same groups in the same order: take the first rank's.
+            ps = self._host.process_set
+            first = 0 if ps is None or ps.process_set_id == 0 else ps.ranks[0]
+            names = broadcast_object([name_of(p) for p in p_list], root_rank=first,
+                                     name="DistributedOptimizer.parameter_order", process_set=ps)
             order = {n: i for i, n in enumerate(names)}
             p_list = sorted(p_list, key=lambda p: order[name_of(p)])
             if isinstance(self._groups, list):
@@ -193,20 +196,24 @@ class SyncEngine(ModeEngine):
         tensor_compressed, ctx = self._host.compress(tensor)
         op, prescale, postscale = self._host.reduction()
         handle = allreduce_async_(tensor_compressed.contiguous(), name=self._grad_name(p), op=op,
-                                  prescale_factor=prescale, postscale_factor=postscale)
+                                  prescale_factor=prescale, postscale_factor=postscale,
+                                  process_set=self._host.process_set)
         return handle, ctx
 
     def _sparse_allreduce_grad_async(self, p):
         """Sparse gradients: allgather indices and values; the sum is their concatenation."""
         grad = p.grad.coalesce()
         name = self._grad_name(p)
-        h_indices = allgather_async(grad.indices().t().contiguous(), name=name + ".indices")
-        h_values = allgather_async(grad.values().contiguous(), name=name + ".values")
+        ps = self._host.process_set
+        h_indices = allgather_async(grad.indices().t().contiguous(), name=name + ".indices",
+                                    process_set=ps)
+        h_values = allgather_async(grad.values().contiguous(), name=name + ".values",
+                                   process_set=ps)
 
         def finish():
             indices, values = synchronize(h_indices).t(), synchronize(h_values)
             if self._host.op == Average:
-                values = values / size()
+                values = values / set_size(ps)
             return torch.sparse_coo_tensor(indices, values, grad.size())
         return finish, None
 
@@ -221,7 +228,8 @@ class SyncEngine(ModeEngine):
         handle = grouped_allreduce_async_([t.contiguous() for t in compressed],
                                           name="grad.group." + self._host.name_of(ps[0]),
                                           op=op, prescale_factor=prescale,
-                                          postscale_factor=postscale)
+                                          postscale_factor=postscale,
+                                          process_set=self._host.process_set)
         return handle, ctxs
 
     def _set_grad(self, p, output, ctx):
