@@ -136,6 +136,21 @@ def test_errors_non_member_on_the_caller_refused_adds_on_every_rank(world, nm):
     assert "cannot be removed" in str(global_err)
 
 
+def test_global_set_and_lookups(world, nm):
+    ids = _core.process_set_ids()
+    ranks = _core.process_set_ranks(0)
+    try:  # set changes go through add/remove_process_set only, never through enqueue
+        _core.enqueue(7, nm("op"), None, None)
+        raw = None
+    except _core.CoreError as e:
+        raw = e
+    assert ids[0] == 0 and ids == sorted(ids)
+    assert ranks == list(range(world.size))
+    assert raw is not None and raw.code == _core.ERR_INVALID_ARGUMENT and "unknown op_type 7" in str(raw)
+    with pytest.raises(ValueError, match="process set 999 is not registered"):
+        _core.process_set_ranks(999)
+
+
 def test_shutdown_drops_every_set(nm):
     # Runs last in this file: a fresh init() has only the global set.
     if dadt.size() > 1:
