@@ -39,6 +39,11 @@ def test_disjoint_sets_reduce_the_same_name_at_once(world, nm):
     mean = torch.full((6,), float(r + 1))
     run(_core.OP_ALLREDUCE, nm("avg"), mean, mean, set_id=mine, reduce_op=_core.REDUCE_AVERAGE)
     gathered = run(_core.OP_ALLGATHER, nm("g"), torch.tensor([float(r)]), set_id=mine)
+    repeated = []  # the same name again: negotiated through the response cache's refs
+    for i in range(4):
+        t = torch.full((3,), float(i))
+        run(_core.OP_ALLREDUCE, nm("rep"), t, t, set_id=mine)
+        repeated.append(t[0].item())
     assert _core.remove_process_set(low_id) is True
     assert _core.remove_process_set(high_id) is True
     assert _core.remove_process_set(high_id) is False
@@ -47,6 +52,7 @@ def test_disjoint_sets_reduce_the_same_name_at_once(world, nm):
     assert total.tolist() == [float(sum(m + 1 for m in members))] * 6
     assert mean.tolist() == [sum(m + 1 for m in members) / len(members)] * 6
     assert gathered.tolist() == [float(m) for m in members]
+    assert repeated == [float(i * len(members)) for i in range(4)]
 
 
 @multi_rank
