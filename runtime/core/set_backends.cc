@@ -58,9 +58,10 @@ Status SetBackends::ApplyFromLoop(const Response& r, EntryMap& entries) {
       id = table_.Add(std::vector<int>(r.sizes.begin(), r.sizes.end()));
     }
     if (!id.ok() || *id != r.root) {
+      const std::string here =
+          id.ok() ? "assigned id " + std::to_string(*id) : id.status().message();
       return InternalError("process set tables diverged: the coordinator added process set " +
-                           std::to_string(r.root) + ", this rank " +
-                           (id.ok() ? "assigned id " + std::to_string(*id) : id.status().message()));
+                           std::to_string(r.root) + ", this rank " + here);
     }
     const ProcessSet set = *Find(*id);
     if (set.included()) {

@@ -18,8 +18,10 @@ Status TensorQueue::Push(TensorEntry entry) {
     if (!closed_.ok()) return closed_;
     if (!in_flight_.insert(EntryKey(entry.request)).second) {
       const int32_t set = entry.request.process_set_id;
-      return InvalidArgument("a collective named '" + entry.request.name + "' is already in flight " +
-                             (set == 0 ? std::string() : "in process set " + std::to_string(set) + " ") +
+      const std::string where =
+          set == 0 ? std::string() : "in process set " + std::to_string(set) + " ";
+      return InvalidArgument("a collective named '" + entry.request.name +
+                             "' is already in flight " + where +
                              "on this rank; names must be unique among "
                              "pending collectives (synchronize the first one, or pick another name)");
     }

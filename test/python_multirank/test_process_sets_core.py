@@ -39,6 +39,11 @@ def test_disjoint_sets_reduce_the_same_name_at_once(world, nm):
     mean = torch.full((6,), float(r + 1))
     run(_core.OP_ALLREDUCE, nm("avg"), mean, mean, set_id=mine, reduce_op=_core.REDUCE_AVERAGE)
     gathered = run(_core.OP_ALLGATHER, nm("g"), torch.tensor([float(r)]), set_id=mine)
+    repeated = []  # the same name again: negotiated through the response cache's refs
+    for i in range(4):
+        t = torch.full((3,), float(i))
+        run(_core.OP_ALLREDUCE, nm("rep"), t, t, set_id=mine)
+        repeated.append(t[0].item())
     assert _core.remove_process_set(low_id) is True
     assert _core.remove_process_set(high_id) is True
     assert _core.remove_process_set(high_id) is False
@@ -47,6 +52,7 @@ def test_disjoint_sets_reduce_the_same_name_at_once(world, nm):
     assert total.tolist() == [float(sum(m + 1 for m in members))] * 6
     assert mean.tolist() == [sum(m + 1 for m in members) / len(members)] * 6
     assert gathered.tolist() == [float(m) for m in members]
+    assert repeated == [float(i * len(members)) for i in range(4)]
 
 
 @multi_rank
@@ -134,6 +140,21 @@ def test_errors_non_member_on_the_caller_refused_adds_on_every_rank(world, nm):
     assert str(dup) == f"duplicate process set: ranks [0] are already process set {first} (ranks [0])"
     assert "ranks disagree on add_process_set" in str(differ)
     assert "cannot be removed" in str(global_err)
+
+
+def test_global_set_and_lookups(world, nm):
+    ids = _core.process_set_ids()
+    ranks = _core.process_set_ranks(0)
+    try:  # set changes go through add/remove_process_set only, never through enqueue
+        _core.enqueue(7, nm("op"), None, None)
+        raw = None
+    except _core.CoreError as e:
+        raw = e
+    assert ids[0] == 0 and ids == sorted(ids)
+    assert ranks == list(range(world.size))
+    assert raw is not None and raw.code == _core.ERR_INVALID_ARGUMENT and "unknown op_type 7" in str(raw)
+    with pytest.raises(ValueError, match="process set 999 is not registered"):
+        _core.process_set_ranks(999)
 
 
 def test_shutdown_drops_every_set(nm):

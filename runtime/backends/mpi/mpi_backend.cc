@@ -73,7 +73,9 @@ StatusOr<std::unique_ptr<Backend>> MpiBackend::CreateForMembers(const BackendOpt
     s = DADT_MPI_STATUS("comm_create_group",
                         MPI_Comm_create_group(job, members, options.member_tag, &comm));
   }
-  if (s.ok()) s = DADT_MPI_STATUS("set_errhandler", MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  if (s.ok()) {
+    s = DADT_MPI_STATUS("set_errhandler", MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+  }
   if (members != MPI_GROUP_NULL) MPI_Group_free(&members);
   if (all != MPI_GROUP_NULL) MPI_Group_free(&all);
   if (!s.ok()) {

@@ -103,8 +103,9 @@ TEST_F(CoordinatorSetOpsTest, TwoAddsInOneListGetDistinctIds) {
 }
 
 TEST_F(CoordinatorSetOpsTest, DisagreementIsAnErrorNamingTheRanksAndTheirLists) {
-  std::vector<Response> out =
-      AllSubmit([](int r) { return AddSet(r, 0, r == 2 ? std::vector<int64_t>{0, 2} : std::vector<int64_t>{0, 1}); });
+  std::vector<Response> out = AllSubmit([](int r) {
+    return AddSet(r, 0, r == 2 ? std::vector<int64_t>{0, 2} : std::vector<int64_t>{0, 1});
+  });
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].type, Response::Type::kError);
   EXPECT_EQ(out[0].error,

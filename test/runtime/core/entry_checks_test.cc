@@ -135,6 +135,43 @@ TEST(EntryChecksTest, GpuReductionsAreCheckedAgainstTheDeviceDataPlane) {
   EXPECT_TRUE(PrepareEntry(&gather, 0, 2, "nccl").ok());  // no reduction
 }
 
+TEST(EntryChecksTest, ProcessSetEntriesAreCheckedWithTheSetsRankAndSize) {
+  ProcessSetTable table(4, /*my_rank=*/3);
+  const ProcessSet& set = *table.Find(*table.Add({1, 3}));
+
+  TensorEntry a2a = Entry(OpType::kAlltoall, {8, 2});
+  ASSERT_TRUE(PrepareEntryInSet(&a2a, 3, set).ok());
+  EXPECT_EQ(a2a.request.splits, (std::vector<int64_t>{4, 4})) << "one split per member";
+  EXPECT_EQ(a2a.request.rank, 3) << "the request keeps the global rank";
+
+  TensorEntry bc = Entry(OpType::kBroadcast);
+  bc.request.root = 1;
+  ASSERT_TRUE(PrepareEntryInSet(&bc, 3, set).ok());
+  EXPECT_EQ(bc.request.root, 1) << "the root stays global";
+  bc.request.root = 2;
+  EXPECT_EQ(PrepareEntryInSet(&bc, 3, set).message(),
+            "broadcast of tensor 't': root rank 2 is not a member of process set 1 (ranks [1, 3])");
+
+  TensorEntry join = Entry(OpType::kJoin);
+  EXPECT_TRUE(Mentions(PrepareEntryInSet(&join, 3, set), "global process set only"));
+  TensorEntry gpu = Entry(OpType::kAllreduce);
+  gpu.request.device = 0;
+  EXPECT_EQ(PrepareEntryInSet(&gpu, 3, set).code(), StatusCode::kUnimplemented);
+
+  ProcessSetTable other(4, /*my_rank=*/0);
+  const ProcessSet& outside = *other.Find(*other.Add({1, 3}));
+  TensorEntry ar = Entry(OpType::kAllreduce);
+  EXPECT_EQ(PrepareEntryInSet(&ar, 0, outside).message(),
+            "allreduce of tensor 't': rank 0 is not a member of process set 1 (ranks [1, 3])");
+
+  TensorEntry add = Entry(OpType::kProcessSetAdd);
+  add.request.process_set_id = 1;
+  EXPECT_TRUE(Mentions(PrepareEntry(&add, 0, 4), "runs on the global process set (id 0)"));
+  add.request.process_set_id = 0;
+  add.input = nullptr;
+  EXPECT_TRUE(PrepareEntry(&add, 0, 4).ok()) << "the ranks are the coordinator's to check";
+}
+
 }  // namespace
 }  // namespace core
 }  // namespace dadt

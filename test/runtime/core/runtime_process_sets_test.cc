@@ -30,7 +30,9 @@ class SharedStore : public KeyValueStore {
   KeyValueStore* s_;
 };
 
-void RunRanks(const std::function<void(int, Runtime&)>& body) {
+// `eager_bytes`: allreduces up to this size are reduced by the coordinator (eager_reduce.h); 0
+// sends every one through the set's data plane.
+void RunRanks(const std::function<void(int, Runtime&)>& body, int64_t eager_bytes = 32 * 1024) {
   rendezvous::InMemoryStore store;
   std::vector<std::thread> threads;
   for (int r = 0; r < kSize; ++r) {
@@ -39,6 +41,7 @@ void RunRanks(const std::function<void(int, Runtime&)>& body) {
       o.rank = o.local_rank = r;
       o.size = o.local_size = kSize;
       o.secret = "s3cret";
+      o.eager_threshold_bytes = eager_bytes;
       o.start_timeout = std::chrono::seconds(20);
       o.op_timeout = std::chrono::seconds(20);
       auto rt = Runtime::Start(o, std::make_unique<SharedStore>(&store));
@@ -83,7 +86,9 @@ Status RunOne(Runtime& rt, TensorEntry e, int64_t* handle = nullptr) {
   return s;
 }
 
-TEST(RuntimeProcessSetsTest, CollectivesRunOverTheirSetsMembersOnly) {
+class RuntimeProcessSetsEagerTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(RuntimeProcessSetsEagerTest, CollectivesRunOverTheirSetsMembersOnly) {
   RunRanks([](int rank, Runtime& rt) {
     // Every rank adds the same sets in the same order; ids are the lowest free ones.
     auto even = rt.AddProcessSet({2, 0});
@@ -136,8 +141,11 @@ TEST(RuntimeProcessSetsTest, CollectivesRunOverTheirSetsMembersOnly) {
     rt.handles().Release(h);
     EXPECT_EQ(share->bytes, (rank == 1 ? 2 : 1) * 4) << "4 rows over 3 ranks: 2, 1, 1";
     EXPECT_EQ(static_cast<const float*>(share->ptr())[0], 3.f);
-  });
+  }, GetParam());
 }
+
+INSTANTIATE_TEST_SUITE_P(EagerOrDataPlane, RuntimeProcessSetsEagerTest,
+                         ::testing::Values(int64_t{0}, int64_t{32} * 1024));
 
 TEST(RuntimeProcessSetsTest, BadCallsFailOnTheCallerAndRefusedAddsOnEveryRank) {
   RunRanks([](int rank, Runtime& rt) {

@@ -1,6 +1,7 @@
 // TensorQueue (runtime/core/tensor_queue.h): the hand-off from framework threads to the loop
 // thread. Entries come out in the order they went in, exactly once, even from several threads; a
-// name already in flight is refused at once with its name in the message until Finish; Close
+// name already in flight (in its process set) is refused at once with its name in the message
+// until Finish; Close
 // returns what was queued and refuses the rest with its reason; the wake fd becomes readable on
 // each push and on Wake, and ClearWake quiets it.
 #include "runtime/core/tensor_queue.h"
@@ -39,6 +40,22 @@ TEST(TensorQueue, DrainReturnsEntriesInPushOrderOnce) {
     EXPECT_EQ(got[i].handle, i);
   }
   EXPECT_TRUE(q.Drain().empty());
+}
+
+TEST(TensorQueue, TheSameNameMayBeInFlightInTwoProcessSets) {
+  TensorQueue q;
+  TensorEntry in_set = Entry("w");
+  in_set.request.process_set_id = 2;
+  ASSERT_TRUE(q.Push(Entry("w")).ok());
+  ASSERT_TRUE(q.Push(in_set).ok()) << "another set: another tensor";
+  Status again = q.Push(in_set);
+  EXPECT_EQ(again.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(again.message().find("'w' is already in flight in process set 2"), std::string::npos)
+      << again.message();
+  q.Finish(EntryKey(2, "w"));
+  EXPECT_TRUE(q.Push(in_set).ok());
+  EXPECT_NE(EntryKey(2, "w"), EntryKey(0, "w"));
+  EXPECT_EQ(EntryKey(0, "w"), "w");
 }
 
 TEST(TensorQueue, NameInFlightIsRefusedWithItsNameUntilFinished) {
