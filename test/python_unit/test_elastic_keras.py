@@ -87,3 +87,24 @@ def test_keras_state_restores_weights_optimizer_and_objects():
     assert state.epoch == 4
     assert all(not np.any(keras.ops.convert_to_numpy(v.value)) for v in model.optimizer.variables
                if "momentum" in v.path)
+
+
+def test_tensorflow_state_restores_variables_and_objects_and_refuses_sessions():
+    import tensorflow as tf
+    from dadt.tensorflow import elastic as tf_elastic
+    assert tf_elastic.TensorFlowKerasState is elastic.KerasState
+    w = tf.Variable([1.0, 2.0])
+    b = tf.Variable(3.0)
+    state = tf_elastic.TensorFlowState([w, b], batch=5)
+    w.assign([7.0, 8.0])
+    b.assign(9.0)
+    state.batch = 11
+    state.restore()  # back to the values at construction (the last save)
+    assert w.numpy().tolist() == [1.0, 2.0] and b.numpy() == 3.0 and state.batch == 5
+    w.assign([4.0, 4.0])
+    state.save()
+    w.assign([0.0, 0.0])
+    state.restore()
+    assert w.numpy().tolist() == [4.0, 4.0]
+    with pytest.raises(ValueError, match="TensorFlow 1 sessions"):
+        tf_elastic.TensorFlowState([w], session=object())
