@@ -3,7 +3,7 @@ sync, async and dear modes, on the same model, data and optimizer, over several 
 
     python examples/benchmarks/peers.py --np 2                                   # one host
     python examples/benchmarks/peers.py --np 2 --horovodrun /opt/horovod-peer/bin/horovodrun
-    python examples/benchmarks/peers.py --np 2 --hosts a:1,b:1 --link-mb-per-s 117  # two hosts
+    python examples/benchmarks/peers.py --np 2 --hosts h1:1,h2:1 --network-interface dadt0 --link-mb-per-s 117
     python examples/benchmarks/peers.py --np 2 --fp16       # adds each peer's fp16 compression
 
 Every contender runs in its own launch; one round launches each contender once, in an order rotated
@@ -69,7 +69,9 @@ def parse_args(argv=None):
                    help="dadt's fusion threshold and DDP's bucket_cap_mb (Horovod: HOROVOD_FUSION_THRESHOLD)")
     p.add_argument("--dadtrun", default=None, help="dadt's launcher (default: $DADTRUN, PATH, bazel-bin)")
     p.add_argument("--horovodrun", default=None, help="Horovod's launcher; its python runs the Horovod rows")
-    p.add_argument("--dadtrun-args", default="", help="extra dadtrun arguments (e.g. --network-interface veth0)")
+    p.add_argument("--dadtrun-args", default="", help="extra dadtrun arguments")
+    p.add_argument("--network-interface", default=None,
+                   help="the interface between the hosts, for both launchers (e.g. dadt0 on the namespace hosts)")
     p.add_argument("--link-mb-per-s", type=float, default=None, help="the link's measured rate, for the header")
     p.add_argument("--json", metavar="FILE", help="also write every launch's figures as JSON")
     # worker
@@ -198,11 +200,14 @@ def command(args, kind, shape):
     if kind.startswith("horovod"):
         hvd_python = os.path.join(os.path.dirname(args.horovodrun), "python3")
         env = dict(os.environ, HOROVOD_FUSION_THRESHOLD=str(int(args.fusion_threshold_mb * MiB)))
-        return [args.horovodrun, "--gloo", "-np", str(args.np), "-H", hostlist(args), hvd_python, me] + tail, env
+        nic = ["--network-interface", args.network_interface] if args.network_interface else []
+        return [args.horovodrun, "--gloo", "-np", str(args.np), "-H", hostlist(args), *nic, hvd_python,
+                me] + tail, env
     dadtrun = find_dadtrun(args.dadtrun)
     if dadtrun is None:
         sys.exit("peers: dadtrun not found (use --dadtrun, install dadt, or bazel build //dadtrun)")
     hosts = ["-H", args.hosts] if args.hosts else []
+    hosts += ["--network-interface", args.network_interface] if args.network_interface else []
     cmd = [dadtrun, "--gloo", "-np", str(args.np), *hosts, "--fusion-threshold-mb", str(args.fusion_threshold_mb),
            *args.dadtrun_args.split(), sys.executable, me] + tail
     return cmd, worker_environment()
