@@ -17,6 +17,7 @@
 #include "runtime/core/engine_setup.h"
 #include "runtime/core/op_layout.h"
 #include "runtime/core/runtime.h"
+#include "runtime/dlpack_types.h"
 
 namespace {
 
@@ -24,6 +25,9 @@ using dadt::DataType;
 using dadt::Status;
 using dadt::StatusOr;
 using dadt::core::Runtime;
+using dadt::capi::CheckLayout;
+using dadt::capi::ToDataType;
+using dadt::capi::ToDLDataType;
 
 // The process's runtime. Calls take a shared reference under the mutex, so a concurrent shutdown
 // never frees it under them. After shutdown the object stays (stopped) so that waits on its
@@ -65,72 +69,6 @@ template <typename F>
 int GeometryOr(F field) {
   auto rt = GetRunning();
   return rt ? field(rt->options()) : -1;
-}
-
-constexpr uint8_t kDLBoolCode = 6;  // DLPack >= 0.8; Debian ships 0.6 headers
-
-StatusOr<DataType> ToDataType(const DLDataType& t, const std::string& name) {
-  if (t.lanes == 1) {
-    if (t.code == kDLUInt && t.bits == 8) return DataType::kUint8;
-    if (t.code == kDLInt && t.bits == 8) return DataType::kInt8;
-    if (t.code == kDLInt && t.bits == 16) return DataType::kInt16;
-    if (t.code == kDLUInt && t.bits == 16) return DataType::kUint16;
-    if (t.code == kDLInt && t.bits == 32) return DataType::kInt32;
-    if (t.code == kDLInt && t.bits == 64) return DataType::kInt64;
-    if (t.code == kDLFloat && t.bits == 16) return DataType::kFloat16;
-    if (t.code == kDLBfloat && t.bits == 16) return DataType::kBfloat16;
-    if (t.code == kDLFloat && t.bits == 32) return DataType::kFloat32;
-    if (t.code == kDLFloat && t.bits == 64) return DataType::kFloat64;
-    if (t.code == kDLBoolCode && t.bits == 8) return DataType::kBool;
-  }
-  return dadt::InvalidArgument(
-      "tensor '" + name + "' has an unsupported data type (DLPack code " + std::to_string(t.code) +
-      ", " + std::to_string(t.bits) + " bits, " + std::to_string(t.lanes) +
-      " lanes); supported: uint8, int8, int16, uint16, int32, int64, float16, bfloat16, float32, float64, "
-      "bool");
-}
-
-DLDataType ToDLDataType(DataType d) {
-  DLDataType t;
-  t.lanes = 1;
-  t.bits = static_cast<uint8_t>(dadt::DataTypeSize(d) * 8);
-  switch (d) {
-    case DataType::kUint8:
-    case DataType::kUint16: t.code = kDLUInt; break;
-    case DataType::kInt8:
-    case DataType::kInt16:
-    case DataType::kInt32:
-    case DataType::kInt64: t.code = kDLInt; break;
-    case DataType::kBfloat16: t.code = kDLBfloat; break;
-    case DataType::kBool: t.code = kDLBoolCode; break;
-    default: t.code = kDLFloat; break;
-  }
-  return t;
-}
-
-// Checks that `t` is host memory laid out compactly in row-major order.
-Status CheckLayout(const DLTensor& t, const std::string& name) {
-  const bool gpu = t.device.device_type == kDLCUDA;
-  if (gpu && !dadt::backends::DeviceRegistry::Built()) {
-    return dadt::InvalidArgument("tensor '" + name +
-                                 "' is in GPU memory; GPU tensors need dadt built with CUDA and NCCL");
-  }
-  if (!gpu && t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost) {
-    return dadt::InvalidArgument("tensor '" + name + "' is on an unsupported device (DLPack type " +
-                                 std::to_string(t.device.device_type) + ")");
-  }
-  if (t.strides == nullptr) return Status::OK();
-  int64_t expected = 1;
-  for (int i = t.ndim - 1; i >= 0; --i) {
-    if (t.shape[i] == 0) return Status::OK();  // empty: layout is irrelevant
-    if (t.shape[i] != 1 && t.strides[i] != expected) {
-      return dadt::InvalidArgument("tensor '" + name +
-                                   "' is not contiguous; make it contiguous first (in PyTorch: "
-                                   "tensor.contiguous())");
-    }
-    expected *= t.shape[i];
-  }
-  return Status::OK();
 }
 
 struct OwnedOutput {
