@@ -58,12 +58,13 @@ def test_check_host_updates_is_decided_by_rank_zeros_broadcast(monkeypatch):
     monkeypatch.setenv("DADT_ELASTIC", "1")
     monkeypatch.setattr(elastic, "host_updates", lambda: pytest.fail("rank 1 must not read"))
     # Rank 1: whatever it would see itself, rank 0's answer raises here.
-    state = elastic.ObjectState(lambda obj, root_rank=0, name=None: (True, True), lambda: 1, epoch=0)
+    state = elastic.ObjectState(lambda obj, root_rank=0, name=None: (True, True, None), lambda: 1,
+                                epoch=0)
     with pytest.raises(elastic.HostsUpdatedInterrupt) as e:
         state.commit()
     assert e.value.skip_sync
-    quiet = elastic.ObjectState(lambda obj, root_rank=0, name=None: (False, False), lambda: 1,
-                                epoch=0)
+    quiet = elastic.ObjectState(lambda obj, root_rank=0, name=None: (False, False, None),
+                                lambda: 1, epoch=0)
     quiet.commit()  # rank 0 saw nothing: no interrupt
 
 
@@ -106,13 +107,18 @@ def test_check_host_updates_outside_elastic_mode_takes_no_collective(monkeypatch
 
 
 def test_skip_sync_only_when_every_rank_may_skip():
-    def gather(values):
-        return lambda obj, name=None: values
+    def views(*may_skip):
+        return lambda obj, name=None: [(s, 4, None) for s in may_skip]
 
-    state = elastic.ObjectState(_bcast, lambda: 0, gather([True, False, True]), epoch=0)
-    assert not state.agree_skip_sync(True)
-    state = elastic.ObjectState(_bcast, lambda: 0, gather([True, True]), epoch=0)
-    assert state.agree_skip_sync(True)
+    log = []
+    state = elastic.ObjectState(_bcast, lambda: 0, views(True, False, True), epoch=0)
+    state.sync = lambda: log.append("sync")
+    state.sync_after_init(True)
+    assert log == ["sync"]
+    state = elastic.ObjectState(_bcast, lambda: 0, views(True, True), epoch=0)
+    state.sync = lambda: log.append("sync")
+    state.sync_after_init(True)
+    assert log == ["sync"]  # no second sync
 
 
 # ---------------------------------------------------------------------------- ElasticSampler

@@ -7,24 +7,32 @@ reset:
 
 1. A peer died: a collective raised ``DadtInternalError``. Every rank restores its last commit,
    shuts the runtime down and init()s into the launcher's next round; the state is then synced from
-   the new rank 0 (the oldest surviving host).
+   the rank holding the newest commit (normally the new rank 0, on the oldest surviving host).
 2. Hosts were added or removed by discovery: ``check_host_updates()`` (called by ``commit()``)
    raises ``HostsUpdatedInterrupt`` on every rank at once; the state is current (it was just
    saved), so it is not restored.
 3. This worker was removed: init() raises ``WorkerRemovedError``, a ``SystemExit`` with code 0.
 
-Whether the sync after a reset may be skipped is agreed by all ranks of the new world (skipped only
-when every rank may skip it), never decided by one rank alone.
+Where the sync after an init() takes the state from is agreed by all ranks of the new world
+(``State.sync_after_init``), never decided by one rank alone: skipped only when every rank may skip
+it; else from the rank holding the newest commit; else, when every original worker was replaced,
+from the elastic checkpoint the user named (dadt.common.elastic_checkpoint).
 """
 
 import copy
 import functools
 import os
+import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from dadt.common import elastic_checkpoint as ckpt
+from dadt.common.elastic_checkpoint import ElasticCheckpointError  # noqa: F401 - re-exported
 from dadt.common.exceptions import DadtInternalError
 
 _ELASTIC_ENV = "DADT_ELASTIC"
+# The name of ObjectState's plain objects in a state (and its checkpoint): not a Python identifier,
+# so it cannot clash with a keyword argument naming a model or a sampler.
+OBJECTS = "<objects>"
 
 
 class HostsUpdatedInterrupt(RuntimeError):
@@ -63,21 +71,68 @@ def host_updates() -> Tuple[bool, bool]:
     return True, bool(kinds) and all(kind == "removed" for kind in kinds)
 
 
+class StateHandler:
+    """One part of a State (a model, an optimizer, a list of variables, the plain objects): what a
+    commit saves of it (``saved``, a picklable deep copy: it is also what the elastic checkpoint
+    holds), put back by ``restore`` and broadcast from the sync's root rank by ``sync``.
+
+    Subclasses define ``capture`` (a deep copy of the value's state) and ``apply`` (puts such a
+    copy back); ``sync`` broadcasts ``capture()`` as an object unless a subclass has a faster
+    broadcast (tensors); ``reset`` runs after each new world is up (samplers re-partition)."""
+
+    name = ""  # set by State.add_handler; names the handler's collectives and checkpoint entry
+
+    def __init__(self, value: Any):
+        self.value = value
+        self.saved = self.capture()
+
+    def capture(self) -> Any:
+        raise NotImplementedError()
+
+    def apply(self, saved: Any) -> None:
+        raise NotImplementedError()
+
+    def save(self) -> None:
+        self.saved = self.capture()
+
+    def restore(self) -> None:
+        self.apply(self.saved)
+
+    def sync(self, root_rank: int, bcast_object: Callable) -> None:
+        self.apply(bcast_object(self.capture(), root_rank=root_rank,
+                                name="dadt.elastic." + self.name))
+
+    def reset(self) -> None:
+        pass
+
+
 class State:
-    """State of a training job, committed in memory and synced after a reset.
+    """State of a training job, committed in memory (and to the elastic checkpoint, when one is
+    named) and synced after a reset. What it holds is a list of StateHandlers (``add_handler``);
+    save, restore, sync and reset apply to each in the order they were added.
 
     Args:
       bcast_object: ``bcast_object(obj, root_rank=0, name=None)`` of the framework.
       get_rank: the framework's ``rank``.
-      allgather_object: the framework's ``allgather_object``, used to agree on skipping the sync.
+      allgather_object: the framework's ``allgather_object``, used to agree on the sync's source
+        (without it, rank 0's view decides and the sync is never skipped).
     """
 
     def __init__(self, bcast_object: Callable, get_rank: Callable[[], int],
                  allgather_object: Optional[Callable] = None):
+        self.__dict__.setdefault("_handlers", {})
         self._bcast_object = bcast_object
         self._rank = get_rank
         self._allgather_object = allgather_object
         self._reset_callbacks: List[Callable[[], None]] = []
+        self._commit_seq = 0  # commits made or synced into this process; 0: none yet
+        self._sync_root = 0
+        self._checkpoint_path = ckpt.checkpoint_path_from_env()
+
+    def add_handler(self, name: str, handler: StateHandler) -> None:
+        """Adds (or replaces) the part ``name`` of this state."""
+        handler.name = name
+        self.__dict__.setdefault("_handlers", {})[name] = handler
 
     def register_reset_callbacks(self, callbacks: List[Callable[[], None]]) -> None:
         """Callbacks run (in order) after each reset, once the new world is up and synced: for
@@ -89,71 +144,145 @@ class State:
             callback()
 
     def commit(self) -> None:
-        """Saves the state (what a reset restores) and checks for host updates, which raises
-        ``HostsUpdatedInterrupt`` on every rank alike. Call it every few batches: a reset after a
-        peer's death redoes everything since the last commit."""
+        """Saves the state (what a reset restores), writes it to the elastic checkpoint on rank 0
+        when one is named, and checks for host updates, which raises ``HostsUpdatedInterrupt`` on
+        every rank alike. Call it every few batches: a reset after a peer's death redoes
+        everything since the last commit."""
         self.save()
-        self.check_host_updates()
+        self._commit_seq += 1
+        write_error = None
+        if self._checkpoint_path and self._rank() == 0:
+            try:
+                ckpt.write_checkpoint(self._checkpoint_path, self._commit_seq, self._snapshot())
+            except ckpt.ElasticCheckpointError as e:
+                write_error = str(e)
+        self._check_host_updates(write_error)
 
     def check_host_updates(self) -> None:
         """Raises ``HostsUpdatedInterrupt`` on every rank when the launcher published a host
         update; rank 0 reads it and broadcasts its answer, so all ranks decide alike. Its
         ``skip_sync`` is True when the updates only removed hosts; whether the sync is then
         skipped is agreed again in the new world (a worker that joined meanwhile needs it)."""
-        if not is_elastic():
+        self._check_host_updates(None)
+
+    def _check_host_updates(self, write_error: Optional[str]) -> None:
+        # Rank 0's failure to write the checkpoint rides on the same broadcast: every rank raises.
+        if not is_elastic() and not self._checkpoint_path:
             return
-        seen = host_updates() if self._rank() == 0 else (False, False)
-        pending, removals_only = self._bcast_object(seen, root_rank=0,
-                                                    name="dadt.elastic.host_updates")
+        seen = host_updates() + (write_error,) if self._rank() == 0 else (False, False, None)
+        pending, removals_only, error = self._bcast_object(seen, root_rank=0,
+                                                           name="dadt.elastic.host_updates")
+        if error:
+            raise ckpt.ElasticCheckpointError(error)
         if pending:
             raise HostsUpdatedInterrupt(skip_sync=removals_only)
 
-    def agree_skip_sync(self, may_skip: bool) -> bool:
-        """True only when every rank may skip the sync (one collective every rank takes part in)."""
-        if self._allgather_object is None:
-            return False
-        return all(self._allgather_object(bool(may_skip), name="dadt.elastic.skip_sync"))
+    def sync_after_init(self, may_skip_sync: bool) -> None:
+        """The sync after an init(), from the source all ranks agree on (elastic_checkpoint's
+        steps): skipped only when every rank may skip it; else from the rank holding the newest
+        commit; else, when no live rank holds one, from the elastic checkpoint (loaded on rank 0)
+        if it exists; else from rank 0."""
+        plan = self._agree(may_skip_sync)
+        if plan.kind == "skip":
+            return
+        if plan.kind == "checkpoint":
+            plan = ckpt.SyncPlan("rank", 0, self._load_checkpoint(plan.checkpoint_path))
+        self._sync_root = plan.root_rank
+        try:
+            self.sync()
+        finally:
+            self._sync_root = 0
+        self._commit_seq = plan.commit_seq
+
+    def _agree(self, may_skip_sync: bool) -> ckpt.SyncPlan:
+        mine = ckpt.RankView(bool(may_skip_sync), self._commit_seq, self._checkpoint_path)
+        if self._allgather_object is not None:
+            views = self._allgather_object(tuple(mine), name="dadt.elastic.sync_plan")
+        else:
+            views = [self._bcast_object(tuple(mine._replace(may_skip_sync=False)), root_rank=0,
+                                        name="dadt.elastic.sync_plan")]
+        return ckpt.choose_source([ckpt.RankView(*v) for v in views])
+
+    def _load_checkpoint(self, path: str) -> int:
+        """Rank 0 loads ``path`` when it exists; every rank gets its commit sequence (0: none) or
+        raises the same ElasticCheckpointError."""
+        outcome: Tuple[int, Optional[str]] = (0, None)
+        if self._rank() == 0 and os.path.exists(path):
+            try:
+                seq, snapshot = ckpt.read_checkpoint(path, list(self._handlers))
+                for name, handler in self._handlers.items():
+                    handler.saved = snapshot[name]
+                    handler.restore()
+                outcome = (seq, None)
+                print("dadt: elastic: resuming from commit %d in %s" % (seq, path),
+                      file=sys.stderr, flush=True)
+            except Exception as e:  # noqa: BLE001 - sent to every rank, raised there
+                outcome = (0, str(e) if isinstance(e, ckpt.ElasticCheckpointError) else
+                           "cannot restore the elastic checkpoint %s: %s: %s"
+                           % (path, type(e).__name__, e))
+        seq, error = self._bcast_object(outcome, root_rank=0, name="dadt.elastic.checkpoint")
+        if error:
+            raise ckpt.ElasticCheckpointError(error)
+        return seq
+
+    def _snapshot(self) -> Dict[str, Any]:
+        return {name: handler.saved for name, handler in self._handlers.items()}
 
     def save(self) -> None:
-        raise NotImplementedError()
+        for handler in self._handlers.values():
+            handler.save()
 
     def restore(self) -> None:
-        raise NotImplementedError()
+        for handler in self._handlers.values():
+            handler.restore()
 
     def sync(self) -> None:
-        raise NotImplementedError()
+        """Every part takes the root rank's value (rank 0 unless ``sync_after_init`` chose
+        another), which then counts as saved."""
+        for handler in self._handlers.values():
+            handler.sync(self._sync_root, self._bcast_object)
+            handler.save()
 
     def reset(self) -> None:
         """Called after the new world is up and before the sync (e.g. samplers re-partition)."""
+        for handler in self._handlers.values():
+            handler.reset()
+
+
+class _ObjectsHandler(StateHandler):
+    """The plain objects of an ObjectState, kept as its attributes."""
+
+    def __init__(self, owner: "ObjectState", initial: Dict[str, Any]):
+        self._owner = owner
+        self.value = owner
+        self.saved = initial
+        self.restore()  # the attributes start as copies of the keyword arguments
+
+    def capture(self) -> Any:
+        return {k: copy.deepcopy(getattr(self._owner, k)) for k in self.saved}
+
+    def apply(self, saved: Any) -> None:
+        for k, v in saved.items():
+            setattr(self._owner, k, copy.deepcopy(v))
+
+    def sync(self, root_rank: int, bcast_object: Callable) -> None:
+        if self.saved:  # Horovod's ObjectState broadcasts the saved values
+            self.saved = bcast_object(self.saved, root_rank=root_rank,
+                                      name="dadt.elastic.object_state")
+            self.restore()
 
 
 class ObjectState(State):
     """State of plain Python objects, given as keyword arguments and kept as attributes:
     ``ObjectState(bcast_object, get_rank, epoch=0, batch=0)`` then ``state.epoch += 1``.
-    ``save`` deep-copies them, ``restore`` puts the copies back, ``sync`` broadcasts rank 0's
-    saved values to every rank."""
+    ``save`` deep-copies them, ``restore`` puts the copies back, ``sync`` broadcasts the root
+    rank's saved values to every rank. Subclasses add their handlers before calling this
+    constructor; the objects come last."""
 
     def __init__(self, bcast_object: Callable, get_rank: Callable[[], int],
                  allgather_object: Optional[Callable] = None, **kwargs: Any):
-        self._saved_state: Dict[str, Any] = kwargs
-        self._set_attrs()
         super().__init__(bcast_object, get_rank, allgather_object)
-
-    def save(self) -> None:
-        self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
-
-    def restore(self) -> None:
-        self._set_attrs()
-
-    def sync(self) -> None:
-        if self._saved_state:
-            self._saved_state = self._bcast_object(self._saved_state, root_rank=0,
-                                                   name="dadt.elastic.object_state")
-            self._set_attrs()
-
-    def _set_attrs(self) -> None:
-        for k, v in self._saved_state.items():
-            setattr(self, k, copy.deepcopy(v))
+        self.add_handler(OBJECTS, _ObjectsHandler(self, dict(kwargs)))
 
 
 def run_fn(func: Callable, reset: Callable[[], None]) -> Callable:
@@ -167,8 +296,7 @@ def run_fn(func: Callable, reset: Callable[[], None]) -> Callable:
         may_skip_sync = False
         while True:
             try:
-                if not state.agree_skip_sync(may_skip_sync):
-                    state.sync()
+                state.sync_after_init(may_skip_sync)
                 return func(state, *args, **kwargs)
             except DadtInternalError:
                 state.restore()

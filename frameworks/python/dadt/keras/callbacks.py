@@ -16,7 +16,10 @@ __all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
 
 
 def _host_value(variable) -> np.ndarray:
-    """A Keras variable's value as a NumPy array, on any backend (detached from autograd)."""
+    """A Keras variable's (or a tf.Variable's) value as a NumPy array, on any backend (detached
+    from autograd)."""
+    if callable(variable.value):  # a tf.Variable (its value() is a method, Keras's a property)
+        return variable.numpy()
     return keras.ops.convert_to_numpy(keras.ops.stop_gradient(variable.value))
 
 

@@ -13,30 +13,46 @@ and the three callbacks that keep it current and committed.
 Works on every Keras backend: values cross as NumPy (dadt.keras.broadcast_variables).
 """
 
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Optional
 
 import keras
 import numpy as np
 
 from dadt.common import array_ops, basics
-from dadt.common.elastic import HostsUpdatedInterrupt, ObjectState, State, run_fn
+from dadt.common.elastic import (ElasticCheckpointError, HostsUpdatedInterrupt, ObjectState, State,
+                                 StateHandler, run_fn)
 from dadt.common.exceptions import DadtInternalError
-from dadt.keras.callbacks import broadcast_variables
+from dadt.keras.callbacks import _host_value, broadcast_variables
 
-__all__ = ["CommitStateCallback", "HostsUpdatedInterrupt", "KerasState", "ObjectState", "State",
+__all__ = ["CommitStateCallback", "ElasticCheckpointError", "HostsUpdatedInterrupt", "KerasState", "ObjectState", "State",
            "UpdateBatchStateCallback", "UpdateEpochStateCallback", "run"]
 
 
-def _values(variables) -> List[np.ndarray]:
-    return [np.array(keras.ops.convert_to_numpy(v.value), copy=True) for v in variables]
+class VariablesHandler(StateHandler):
+    """A list of Keras (or TensorFlow) variables, given as a function that returns it (an
+    optimizer's are built late): saved as NumPy copies, assigned back, synced with
+    ``broadcast_variables``."""
+
+    def __init__(self, get_variables: Callable[[], list]):
+        super().__init__(get_variables)
+
+    def capture(self) -> Any:
+        return [np.array(_host_value(v), copy=True) for v in self.value()]
+
+    def apply(self, saved: Any) -> None:
+        for v, value in zip(self.value(), saved):
+            v.assign(value)
+
+    def sync(self, root_rank: int, bcast_object: Callable) -> None:
+        broadcast_variables(self.value(), root_rank=root_rank, name="dadt.elastic." + self.name)
 
 
 class KerasState(ObjectState):
     """State of a Keras model and its optimizer (``model.optimizer`` unless given), plus plain
     objects as keyword arguments. ``save`` copies every model and optimizer variable, ``restore``
-    assigns the copies back, ``sync`` broadcasts rank 0's. The optimizer's variables are built
-    first when they are not yet (a worker that joined late has taken no step), so every rank
-    broadcasts the same list.
+    assigns the copies back, ``sync`` broadcasts the root rank's. The optimizer's variables are
+    built first when they are not yet (a worker that joined late has taken no step), so every
+    rank broadcasts the same list.
 
     ``backend`` is accepted for Horovod's signature and unused (Keras 3 has one backend API)."""
 
@@ -44,11 +60,10 @@ class KerasState(ObjectState):
         del backend
         self.__dict__["model"] = model
         self.__dict__["optimizer"] = optimizer if optimizer is not None else model.optimizer
-        self._saved_model: List[np.ndarray] = []
-        self._saved_optimizer: List[np.ndarray] = []
+        self.add_handler("model", VariablesHandler(lambda: list(self.model.variables)))
+        self.add_handler("optimizer", VariablesHandler(self._optimizer_variables))
         super().__init__(bcast_object=array_ops.broadcast_object, get_rank=basics.rank,
                          allgather_object=array_ops.allgather_object, **kwargs)
-        self._save_variables()
 
     def _optimizer_variables(self) -> list:
         opt = self.optimizer
@@ -57,27 +72,6 @@ class KerasState(ObjectState):
         if not getattr(opt, "built", True):
             opt.build(self.model.trainable_variables)
         return list(opt.variables)
-
-    def _save_variables(self) -> None:
-        self._saved_model = _values(self.model.variables)
-        self._saved_optimizer = _values(self._optimizer_variables())
-
-    def save(self) -> None:
-        self._save_variables()
-        super().save()
-
-    def restore(self) -> None:
-        for v, saved in zip(self.model.variables, self._saved_model):
-            v.assign(saved)
-        for v, saved in zip(self._optimizer_variables(), self._saved_optimizer):
-            v.assign(saved)
-        super().restore()
-
-    def sync(self) -> None:
-        broadcast_variables(self.model.variables, root_rank=0, name="dadt.elastic.model")
-        broadcast_variables(self._optimizer_variables(), root_rank=0, name="dadt.elastic.optimizer")
-        self._save_variables()
-        super().sync()
 
 
 class CommitStateCallback(keras.callbacks.Callback):

@@ -5,18 +5,18 @@
 collective's failure inside a ``tf.function`` (``tf.errors.AbortedError``) into the reset it
 stands for."""
 
-from typing import Any, List, Sequence
+from typing import Any, Sequence
 
 import tensorflow as tf
 
 from dadt.common import array_ops, basics
-from dadt.common.elastic import HostsUpdatedInterrupt, ObjectState, State
+from dadt.common.elastic import ElasticCheckpointError, HostsUpdatedInterrupt, ObjectState, State
 from dadt.keras.elastic import (CommitStateCallback, KerasState, UpdateBatchStateCallback,
-                                UpdateEpochStateCallback, run)
+                                UpdateEpochStateCallback, VariablesHandler, run)
 
 TensorFlowKerasState = KerasState
 
-__all__ = ["CommitStateCallback", "HostsUpdatedInterrupt", "KerasState", "ObjectState", "State",
+__all__ = ["CommitStateCallback", "ElasticCheckpointError", "HostsUpdatedInterrupt", "KerasState", "ObjectState", "State",
            "TensorFlowKerasState", "TensorFlowState", "UpdateBatchStateCallback",
            "UpdateEpochStateCallback", "run"]
 
@@ -30,25 +30,6 @@ class TensorFlowState(ObjectState):
             raise ValueError("TensorFlowState: TensorFlow 1 sessions are not supported; pass "
                              "variables only (TensorFlow 2, eager)")
         self.__dict__["variables"] = list(variables or [])
-        self._saved_values: List[Any] = []
+        self.add_handler("variables", VariablesHandler(lambda: self.variables))
         super().__init__(bcast_object=array_ops.broadcast_object, get_rank=basics.rank,
                          allgather_object=array_ops.allgather_object, **kwargs)
-        self._save_values()
-
-    def _save_values(self) -> None:
-        self._saved_values = [v.numpy().copy() for v in self.variables]
-
-    def save(self) -> None:
-        self._save_values()
-        super().save()
-
-    def restore(self) -> None:
-        for v, saved in zip(self.variables, self._saved_values):
-            v.assign(saved)
-        super().restore()
-
-    def sync(self) -> None:
-        for i, v in enumerate(self.variables):
-            v.assign(array_ops.broadcast(v.numpy(), 0, "dadt.elastic.tf.%d" % i))
-        self._save_values()
-        super().sync()

@@ -1,76 +1,48 @@
 """TorchState: the elastic state of a PyTorch job (a model, an optimizer, ElasticSamplers and
 plain objects), with Horovod's name and constructor, ``TorchState(model, optimizer, **kwargs)``.
 
-Each special value has a handler that knows how to save, restore and sync it: the model's and the
-optimizer's ``state_dict`` (deep copies in memory), a sampler's progress. Every other keyword is an
-ObjectState attribute. Assigning a new model, optimizer or sampler to the attribute
-(``state.model = ...``) replaces what the handler manages.
+Each special value has a StateHandler (dadt.common.elastic) that knows how to save, restore and
+sync it: the model's and the optimizer's ``state_dict`` (deep copies in memory; what the elastic
+checkpoint holds), a sampler's progress. Every other keyword is an ObjectState attribute.
+Assigning a new model, optimizer or sampler to the attribute (``state.model = ...``) replaces
+what the handler manages.
 """
 
 import copy
-from typing import Any, Dict
+from typing import Any, Callable
 
 import torch
 
 from dadt.common import basics
-from dadt.common.elastic import ObjectState
+from dadt.common.elastic import ObjectState, StateHandler
 from dadt.torch.elastic.sampler import ElasticSampler
 from dadt.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                                   broadcast_parameters)
 
 
-class _Handler:
-    def __init__(self, value: Any):
-        self.value = value
-        self.save()
+class _StateDictHandler(StateHandler):
+    """A value with ``state_dict``/``load_state_dict``: a model, an optimizer, a sampler."""
 
-    def save(self) -> None:
-        raise NotImplementedError()
+    def capture(self) -> Any:
+        return copy.deepcopy(self.value.state_dict())
 
-    def restore(self) -> None:
-        raise NotImplementedError()
-
-    def sync(self) -> None:
-        raise NotImplementedError()
-
-    def reset(self) -> None:
-        pass
+    def apply(self, saved: Any) -> None:
+        self.value.load_state_dict(saved)
 
 
-class _ModelHandler(_Handler):
-    def save(self) -> None:
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self) -> None:
-        self.value.load_state_dict(self._saved)
-
-    def sync(self) -> None:
-        broadcast_parameters(self.value.state_dict(), root_rank=0)
+class _ModelHandler(_StateDictHandler):
+    def sync(self, root_rank: int, bcast_object: Callable) -> None:
+        broadcast_parameters(self.value.state_dict(), root_rank=root_rank)
 
 
-class _OptimizerHandler(_Handler):
-    def save(self) -> None:
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self) -> None:
-        self.value.load_state_dict(self._saved)
-
-    def sync(self) -> None:
-        broadcast_optimizer_state(self.value, root_rank=0)
+class _OptimizerHandler(_StateDictHandler):
+    def sync(self, root_rank: int, bcast_object: Callable) -> None:
+        broadcast_optimizer_state(self.value, root_rank=root_rank)
 
 
-class _SamplerHandler(_Handler):
-    def save(self) -> None:
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self) -> None:
-        self.value.load_state_dict(self._saved)
-
-    def sync(self) -> None:
-        # Rank 0's progress: it is the world's (processed_num is global), and every survivor
-        # restored the same commit.
-        self.value.load_state_dict(broadcast_object(self.value.state_dict(), root_rank=0,
-                                                    name="dadt.elastic.sampler"))
+class _SamplerHandler(_StateDictHandler):
+    # sync: the root's progress as an object (processed_num is global, and every survivor
+    # restored the same commit); load_state_dict re-partitions.
 
     def reset(self) -> None:
         self.value.reset()  # re-partition over the new world
@@ -97,49 +69,27 @@ class TorchState(ObjectState):
 
     def __init__(self, model: torch.nn.Module = None, optimizer: torch.optim.Optimizer = None,
                  **kwargs: Any):
-        handlers: Dict[str, _Handler] = {}
-        plain: Dict[str, Any] = {}
+        plain = {}
         for name, value in dict(kwargs, model=model, optimizer=optimizer).items():
             if value is None:
                 continue
             handler = _handler_for(value)
             if handler is not None:
-                handlers[name] = handler
+                self.add_handler(name, handler)
             else:
                 plain[name] = value
-        self.__dict__["_handlers"] = handlers
         super().__init__(bcast_object=broadcast_object, get_rank=basics.rank,
                          allgather_object=allgather_object, **plain)
 
     def __getattr__(self, name: str) -> Any:
         handlers = self.__dict__.get("_handlers", {})
-        if name in handlers:
+        if name in handlers and isinstance(handlers[name], _StateDictHandler):
             return handlers[name].value
         raise AttributeError(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        handlers = self.__dict__.get("_handlers", {})
-        if name in handlers:
-            handlers[name] = _handler_for(value) or handlers[name].__class__(value)
+        handler = self.__dict__.get("_handlers", {}).get(name)
+        if isinstance(handler, _StateDictHandler):
+            self.add_handler(name, _handler_for(value) or handler.__class__(value))
             return
         super().__setattr__(name, value)
-
-    def save(self) -> None:
-        for handler in self._handlers.values():
-            handler.save()
-        super().save()
-
-    def restore(self) -> None:
-        for handler in self._handlers.values():
-            handler.restore()
-        super().restore()
-
-    def sync(self) -> None:
-        for handler in self._handlers.values():
-            handler.sync()
-        super().sync()
-
-    def reset(self) -> None:
-        for handler in self._handlers.values():
-            handler.reset()
-        super().reset()
