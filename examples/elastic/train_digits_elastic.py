@@ -12,11 +12,18 @@ line per epoch, then the accuracy over the whole test set:
     epoch 12 size 2 loss 0.0421 accuracy 0.9694
     final test accuracy: 0.9722
 
+With --elastic-checkpoint PATH (a file on a filesystem every host sees), rank 0 also writes each
+commit there, and a job whose every original worker was replaced resumes from it:
+
+    dadtrun --gloo -np 3 --min-np 2 --elastic-checkpoint /shared/digits.ckpt \
+        python examples/elastic/train_digits_elastic.py
+
 --ids-dir DIR: rank 0 of each round appends, at every commit, the training-sample ids the whole
 world committed since the last commit ("<epoch> <id> ..." lines to DIR/ids.txt); tests count them
 to check that every sample is trained on exactly once per epoch whatever the resets.
 """
 import argparse
+import hashlib
 import os
 import time
 
@@ -38,6 +45,9 @@ def parse_args():
     p.add_argument("--ids-dir", default=None)
     p.add_argument("--progress-file", default=None, help="each rank appends 'epoch step' per step")
     p.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (tests)")
+    p.add_argument("--state-log", default=None,
+                   help="rank 0 appends 'epoch processed_num sha256-of-weights' each time training "
+                        "(re)starts from the synced state (tests)")
     return p.parse_args()
 
 
@@ -46,6 +56,14 @@ def load_data(seed):
     x = torch.tensor(digits.data, dtype=torch.float32) / 16.0  # pixels are 0..16
     y = torch.tensor(digits.target, dtype=torch.int64)
     return train_test_split(x, y, test_size=0.2, random_state=seed, stratify=y)
+
+
+def weights_digest(state_dict):
+    digest = hashlib.sha256()
+    for name, tensor in sorted(state_dict.items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def main():
@@ -82,6 +100,10 @@ def main():
     @dadt.elastic.run
     def train(state):
         pending_ids.clear()  # whatever was not committed is redone
+        if args.state_log and dadt.rank() == 0:
+            with open(args.state_log, "a") as f:
+                f.write("%d %d %s\n" % (state.epoch, state.train_sampler.processed_num,
+                                        weights_digest(model.state_dict())))
         for state.epoch in range(state.epoch, args.epochs + 1):
             model.train()
             state.train_sampler.set_epoch(state.epoch)
