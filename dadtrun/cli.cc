@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 #include <tuple>
 
 #include "dadtrun/config_file.h"
@@ -130,7 +131,14 @@ Status ApplyConfigFile(CLI::App& app, RawFlags* raw, std::vector<std::string>* a
     if (opt->count() > 0) continue;
     applied->push_back(f.flag);
     try {
-      opt->add_result(f.value);
+      if (opt->get_items_expected_min() > 1) {  // a two-value flag: "A B" (config_file.h)
+        std::istringstream words(f.value);
+        std::vector<std::string> values;
+        for (std::string w; words >> w;) values.push_back(w);
+        opt->add_result(values);
+      } else {
+        opt->add_result(f.value);
+      }
       opt->run_callback();
     } catch (const CLI::ParseError& e) {
       return InvalidArgument("config file '" + raw->config_file + "': " + f.flag + ": " + e.what());
@@ -350,6 +358,8 @@ std::string UsageText() {
          "  --reset-limit N            end the job at the (N+1)-th change of its workers (default: none)\n"
          "  --blacklist-cooldown-range MIN MAX  a failed host rests MIN s, doubling up to MAX s, then\n"
          "                             is used again (default: a failed host is never used again)\n"
+         "  --elastic-checkpoint PATH  rank 0 writes each commit() there; if every worker is replaced, the\n"
+         "                             job resumes from it (a path every host sees) -> DADT_ELASTIC_CHECKPOINT\n"
          "  (--min-np with -H/--hostfile and no script: fault tolerance on that fixed host list)\n"
          "  --verbose                  print what dadtrun does (stderr, prefixed 'dadtrun:')\n"
          "  --version                  print the version and exit\n"

@@ -11,7 +11,7 @@ namespace dadt {
 namespace dadtrun {
 namespace {
 
-enum class Kind { kScalar, kBool };
+enum class Kind { kScalar, kBool, kPair };  // kPair: [A, B] or 'A B', as "A B"
 
 struct Entry {
   const char* key;  // "section.key" or "key"
@@ -41,6 +41,14 @@ constexpr Entry kEntries[] = {
     {"autotune.steps_per_sample", "--autotune-steps-per-sample", Kind::kScalar},
     {"autotune.bayes_opt_max_samples", "--autotune-bayes-opt-max-samples", Kind::kScalar},
     {"autotune.gaussian_process_noise", "--autotune-gaussian-process-noise", Kind::kScalar},
+    {"elastic.min_np", "--min-np", Kind::kScalar},
+    {"elastic.max_np", "--max-np", Kind::kScalar},
+    {"elastic.host_discovery_script", "--host-discovery-script", Kind::kScalar},
+    {"elastic.slots_per_host", "--slots-per-host", Kind::kScalar},
+    {"elastic.timeout", "--elastic-timeout", Kind::kScalar},
+    {"elastic.reset_limit", "--reset-limit", Kind::kScalar},
+    {"elastic.blacklist_cooldown_range", "--blacklist-cooldown-range", Kind::kPair},
+    {"elastic.checkpoint", "--elastic-checkpoint", Kind::kScalar},
 };
 
 const Entry* FindEntry(const std::string& key) {
@@ -92,6 +100,7 @@ class Reader {
   Status ReadValue(const std::string& key, const YAML::Node& node, std::vector<ConfigFlag>* out) {
     const Entry* e = FindEntry(key);
     if (e == nullptr) return Error(key, "is not a known setting; see docs/running.md for the list");
+    if (e->kind == Kind::kPair) return ReadPair(key, *e, node, out);
     if (!node.IsScalar()) return Error(key, "must be a single value");
     const std::string value = node.Scalar();
     if (e->kind == Kind::kBool) {
@@ -101,6 +110,23 @@ class Reader {
       return Status::OK();
     }
     out->push_back({e->flag, value});
+    return Status::OK();
+  }
+
+  // Two values, as a list [A, B] or a string "A B"; the flag gets them as "A B".
+  Status ReadPair(const std::string& key, const Entry& e, const YAML::Node& node, std::vector<ConfigFlag>* out) {
+    std::vector<std::string> values;
+    if (node.IsSequence()) {
+      for (const YAML::Node& item : node) {
+        if (!item.IsScalar()) return Error(key, "must be two values, e.g. [10, 300]");
+        values.push_back(item.Scalar());
+      }
+    } else if (node.IsScalar()) {
+      std::istringstream words(node.Scalar());
+      for (std::string w; words >> w;) values.push_back(w);
+    }
+    if (values.size() != 2) return Error(key, "must be two values, e.g. [10, 300]");
+    out->push_back({e.flag, values[0] + " " + values[1]});
     return Status::OK();
   }
 

@@ -15,6 +15,8 @@
 //   timeline: {filename: tl.json, mark_cycles: true}
 //   autotune: {enabled: true, log_file: at.csv, warmup_samples: 3, steps_per_sample: 10,
 //              bayes_opt_max_samples: 20, gaussian_process_noise: 0.8}
+//   elastic: {min_np: 2, max_np: 8, host_discovery_script: ./hosts.sh, slots_per_host: 1, timeout: 600,
+//             reset_limit: 5, blacklist_cooldown_range: [10, 300], checkpoint: /shared/job.ckpt}
 //
 //   StatusOr<std::vector<ConfigFlag>> flags = LoadConfigFile("dadt.yaml");
 //   // -> {"--num-proc", "4"}, {"--hosts", "h1:2,h2:2"}, {"-x", "NCCL_DEBUG=INFO"}, ...
@@ -30,7 +32,7 @@ namespace dadtrun {
 
 struct ConfigFlag {
   std::string flag;   // the long flag, e.g. "--num-proc", or "-x"
-  std::string value;  // "true" for a boolean flag that is set
+  std::string value;  // "true" for a boolean flag that is set; "A B" for a two-value flag
 };
 
 // Boolean entries that are false produce nothing. Errors name the file and the offending key.

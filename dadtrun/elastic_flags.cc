@@ -35,6 +35,7 @@ void AddElasticFlags(CLI::App* app, RawElasticFlags* raw) {
   app->add_option("--elastic-timeout", raw->elastic_timeout);
   app->add_option("--reset-limit", raw->reset_limit);
   app->add_option("--blacklist-cooldown-range", raw->cooldown_range)->expected(2)->allow_extra_args(false);
+  app->add_option("--elastic-checkpoint", raw->checkpoint);
 }
 
 bool ElasticRequested(const RawElasticFlags& raw) {
@@ -45,12 +46,13 @@ Status ConvertElasticFlags(const RawElasticFlags& raw, LaunchConfig* config) {
   ElasticConfig& e = config->elastic;
   e = ElasticConfig{};
   const bool tuning_given = !raw.slots_per_host.empty() || !raw.elastic_timeout.empty() ||
-                            !raw.reset_limit.empty() || !raw.cooldown_range.empty();
+                            !raw.reset_limit.empty() || !raw.cooldown_range.empty() || !raw.checkpoint.empty();
   if (!ElasticRequested(raw)) {
     if (tuning_given) {
       return InvalidArgument(
-          "--slots-per-host, --elastic-timeout, --reset-limit and --blacklist-cooldown-range are "
-          "elastic flags: add --min-np, --max-np or --host-discovery-script (docs/elastic.md)");
+          "--slots-per-host, --elastic-timeout, --reset-limit, --blacklist-cooldown-range and "
+          "--elastic-checkpoint are elastic flags: add --min-np, --max-np or --host-discovery-script "
+          "(docs/elastic.md)");
     }
     return Status::OK();
   }
@@ -107,6 +109,12 @@ Status ConvertElasticFlags(const RawElasticFlags& raw, LaunchConfig* config) {
       return Bad("--blacklist-cooldown-range", "MIN MAX, whole seconds with 1 <= MIN <= MAX", text);
     }
     e.cooldown_range = std::make_pair(lo, hi);
+  }
+  if (!raw.checkpoint.empty()) {
+    if (raw.checkpoint.back() == '/') {
+      return Bad("--elastic-checkpoint", "a file path (on a filesystem every host sees)", raw.checkpoint);
+    }
+    e.checkpoint_path = raw.checkpoint;
   }
   if (!e.discovery_script.empty()) {
     if (config->hosts_given) {

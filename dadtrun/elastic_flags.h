@@ -39,11 +39,14 @@ struct ElasticConfig {
   int reset_limit = -1;    // --reset-limit; -1 = unlimited
   // --blacklist-cooldown-range MIN MAX (seconds); unset = a blacklisted host never comes back.
   std::optional<std::pair<int64_t, int64_t>> cooldown_range;
+  // --elastic-checkpoint PATH, exported as DADT_ELASTIC_CHECKPOINT: rank 0 writes each commit there and
+  // a world with no surviving worker resumes from it. Empty = none.
+  std::string checkpoint_path;
 };
 
 // Values as typed; each converted with an error that names its flag.
 struct RawElasticFlags {
-  std::string min_np, max_np, discovery_script, slots_per_host, elastic_timeout, reset_limit;
+  std::string min_np, max_np, discovery_script, slots_per_host, elastic_timeout, reset_limit, checkpoint;
   std::vector<std::string> cooldown_range;
 };
 

@@ -34,6 +34,7 @@ EnvMap ElasticWorkerEnvironment(const LaunchConfig& config, const JobEndpoints& 
   env[env::kElastic] = "1";
   env[env::kElasticWorkerId] = worker.id;
   env[env::kElasticTimeout] = std::to_string(config.elastic.elastic_timeout_seconds);
+  if (!config.elastic.checkpoint_path.empty()) env[env::kElasticCheckpoint] = config.elastic.checkpoint_path;
   env[env::kHostname] = IsLocalHost(worker.host, endpoints.hostname) ? endpoints.hostname : worker.host;
   if (worker.workers_on_host > 1 && user_env.find(env::kOmpNumThreads) == user_env.end()) {
     env[env::kOmpNumThreads] = "1";

@@ -30,6 +30,8 @@ inline constexpr const char kElastic[] = "DADT_ELASTIC";                    // 1
 inline constexpr const char kElasticWorkerId[] = "DADT_ELASTIC_WORKER_ID";  // host/slot/spawn seq
 inline constexpr const char kElasticTimeout[] = "DADT_ELASTIC_TIMEOUT";     // seconds
 inline constexpr int64_t kDefaultElasticTimeoutSeconds = 600;
+// Where rank 0 writes each commit, read when no live worker holds one (dadt.common.elastic_checkpoint).
+inline constexpr const char kElasticCheckpoint[] = "DADT_ELASTIC_CHECKPOINT";
 // torchrun's names, so plain torch.distributed scripts run under dadtrun too.
 inline constexpr const char kTorchRank[] = "RANK";
 inline constexpr const char kTorchWorldSize[] = "WORLD_SIZE";

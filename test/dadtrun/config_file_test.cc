@@ -41,6 +41,22 @@ TEST(ConfigFileTest, SectionsMapToFlags) {
   EXPECT_TRUE(Flags("# only a comment\n").empty());
 }
 
+TEST(ConfigFileTest, ElasticSection) {
+  EXPECT_EQ(Flags("elastic: {min_np: 2, max_np: 8, host_discovery_script: ./d.sh, slots_per_host: 2,\n"
+                  "          timeout: 30, reset_limit: 5, blacklist_cooldown_range: [10, 300],\n"
+                  "          checkpoint: /shared/j.ckpt}\n"),
+            (std::vector<std::pair<std::string, std::string>>{
+                {"--min-np", "2"}, {"--max-np", "8"}, {"--host-discovery-script", "./d.sh"},
+                {"--slots-per-host", "2"}, {"--elastic-timeout", "30"}, {"--reset-limit", "5"},
+                {"--blacklist-cooldown-range", "10 300"}, {"--elastic-checkpoint", "/shared/j.ckpt"}}));
+  EXPECT_EQ(Flags("elastic: {blacklist_cooldown_range: 5 50}\n"),
+            (std::vector<std::pair<std::string, std::string>>{{"--blacklist-cooldown-range", "5 50"}}));
+  EXPECT_EQ(ErrorOf("elastic: {blacklist_cooldown_range: [10]}\n"),
+            "config file 't.yaml': 'elastic.blacklist_cooldown_range' must be two values, e.g. [10, 300]");
+  EXPECT_EQ(ErrorOf("elastic: {min_nps: 2}\n"),
+            "config file 't.yaml': 'elastic.min_nps' is not a known setting; see docs/running.md for the list");
+}
+
 TEST(ConfigFileTest, ErrorsNameTheKey) {
   EXPECT_EQ(ErrorOf("num_procs: 4\n"),
             "config file 't.yaml': 'num_procs' is not a known setting; see docs/running.md for the list");
@@ -91,6 +107,27 @@ TEST(ConfigFileTest, CommandLineOverridesTheFile) {
   EXPECT_EQ(c.forward_env[2].first, "B");
   EXPECT_EQ(*c.forward_env[2].second, "flag");
   EXPECT_TRUE(c.verbose);
+  // Every elastic flag from the file; the command line's --max-np and cooldown win.
+  cl = ParseWithConfig("elastic: {min_np: 2, max_np: 6, host_discovery_script: d.sh, slots_per_host: 3, timeout: 40,\n"
+                       "          reset_limit: 4, blacklist_cooldown_range: [10, 100], checkpoint: /s/j.ckpt}\n",
+                       {"--max-np", "5", "--blacklist-cooldown-range", "1", "2", "python"});
+  ASSERT_TRUE(cl.ok()) << cl.status().message();
+  const ElasticConfig& e = cl->config.elastic;
+  EXPECT_TRUE(e.enabled);
+  EXPECT_EQ(cl->config.num_proc, 2);  // no -np: --min-np, from the file
+  EXPECT_EQ(e.min_np, 2);
+  EXPECT_EQ(e.max_np, 5);
+  EXPECT_EQ(e.discovery_script, "d.sh");
+  EXPECT_EQ(e.slots_per_host, 3);
+  EXPECT_EQ(e.elastic_timeout_seconds, 40);
+  EXPECT_EQ(e.reset_limit, 4);
+  ASSERT_TRUE(e.cooldown_range.has_value());
+  EXPECT_EQ(*e.cooldown_range, std::make_pair(int64_t{1}, int64_t{2}));
+  EXPECT_EQ(e.checkpoint_path, "/s/j.ckpt");
+  cl = ParseWithConfig("elastic: {min_np: 2, host_discovery_script: d.sh, blacklist_cooldown_range: [10, 100]}\n",
+                       {"python"});
+  ASSERT_TRUE(cl.ok()) << cl.status().message();
+  EXPECT_EQ(*cl->config.elastic.cooldown_range, std::make_pair(int64_t{10}, int64_t{100}));
   StatusOr<CommandLine> missing = ParseCommandLine({"--config-file", "/no/such.yaml", "-np", "1", "x"}, "n");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().message().rfind("cannot read config file '/no/such.yaml'", 0), 0u);

@@ -40,6 +40,7 @@ TEST(ElasticFlagsTest, HorovodDefaults) {
   EXPECT_EQ(c.elastic.elastic_timeout_seconds, 600);
   EXPECT_EQ(c.elastic.reset_limit, -1);
   EXPECT_FALSE(c.elastic.cooldown_range.has_value());
+  EXPECT_TRUE(c.elastic.checkpoint_path.empty());
   EXPECT_TRUE(c.hosts.empty());  // from the script
   EXPECT_EQ(c.command, (Args{"python", "x.py"}));
 }
@@ -47,7 +48,8 @@ TEST(ElasticFlagsTest, HorovodDefaults) {
 TEST(ElasticFlagsTest, EveryFlag) {
   LaunchConfig c = MustParse({"--min-np", "2", "--max-np", "5", "--host-discovery-script", "d.sh",
                               "--slots-per-host", "4", "--elastic-timeout", "30", "--reset-limit", "3",
-                              "--blacklist-cooldown-range", "10", "100", "python", "x.py", "--min-np", "9"});
+                              "--blacklist-cooldown-range", "10", "100", "--elastic-checkpoint", "/s/j.ckpt",
+                              "python", "x.py", "--min-np", "9"});
   EXPECT_EQ(c.num_proc, 2);  // no -np: --min-np
   EXPECT_EQ(c.elastic.min_np, 2);
   EXPECT_EQ(c.elastic.max_np, 5);
@@ -57,6 +59,7 @@ TEST(ElasticFlagsTest, EveryFlag) {
   ASSERT_TRUE(c.elastic.cooldown_range.has_value());
   EXPECT_EQ(c.elastic.cooldown_range->first, 10);
   EXPECT_EQ(c.elastic.cooldown_range->second, 100);
+  EXPECT_EQ(c.elastic.checkpoint_path, "/s/j.ckpt");
   EXPECT_EQ(c.command, (Args{"python", "x.py", "--min-np", "9"}));
 }
 
@@ -109,6 +112,11 @@ TEST(ElasticFlagsTest, ConflictsAreRefused) {
                 .find("--host-discovery-script and -H/--hostfile both given"),
             std::string::npos);
   EXPECT_NE(ErrorOf({"-np", "2", "--reset-limit", "3", "python"}).find("are elastic flags"), std::string::npos);
+  EXPECT_NE(ErrorOf({"-np", "2", "--elastic-checkpoint", "/s/j.ckpt", "python"}).find("are elastic flags"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"-np", "2", "--min-np", "1", "--elastic-checkpoint", "/s/", "python"})
+                .find("--elastic-checkpoint expects a file path"),
+            std::string::npos);
   EXPECT_NE(ErrorOf({"-np", "2", "--min-np", "2", "-H", "a:2", "--slots-per-host", "2", "python"})
                 .find("--slots-per-host applies to --host-discovery-script"),
             std::string::npos);
@@ -121,7 +129,8 @@ TEST(ElasticFlagsTest, ConflictsAreRefused) {
 TEST(ElasticFlagsTest, HelpListsTheFlags) {
   const std::string help = UsageText();
   for (const char* flag : {"--min-np", "--max-np", "--host-discovery-script", "--slots-per-host",
-                           "--elastic-timeout", "--reset-limit", "--blacklist-cooldown-range"}) {
+                           "--elastic-timeout", "--reset-limit", "--blacklist-cooldown-range",
+                           "--elastic-checkpoint"}) {
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
   }
 }

@@ -51,6 +51,11 @@ TEST(ElasticLaunchTest, WorkerGetsTheContractAndNoGeometry) {
     EXPECT_EQ(env.count(name), 0u) << name;
   }
   EXPECT_EQ(env.count(env::kOmpNumThreads), 0u);  // alone on its host
+  EXPECT_EQ(env.count(env::kElasticCheckpoint), 0u);  // none named
+  LaunchConfig with_checkpoint = Config();
+  with_checkpoint.elastic.checkpoint_path = "/shared/j.ckpt";
+  env = ElasticWorkerEnvironment(with_checkpoint, Endpoints(), user, {"h2/0/5", "h2", 0, 1});
+  EXPECT_EQ(env.at(env::kElasticCheckpoint), "/shared/j.ckpt");
 }
 
 TEST(ElasticLaunchTest, LocalHostNameAndSharedHost) {
