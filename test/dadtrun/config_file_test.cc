@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "dadtrun/cli.h"
 
 namespace dadt {
@@ -115,12 +117,10 @@ TEST(ConfigFileTest, CommandLineOverridesTheFile) {
   const ElasticConfig& e = cl->config.elastic;
   EXPECT_TRUE(e.enabled);
   EXPECT_EQ(cl->config.num_proc, 2);  // no -np: --min-np, from the file
-  EXPECT_EQ(e.min_np, 2);
-  EXPECT_EQ(e.max_np, 5);
-  EXPECT_EQ(e.discovery_script, "d.sh");
-  EXPECT_EQ(e.slots_per_host, 3);
-  EXPECT_EQ(e.elastic_timeout_seconds, 40);
-  EXPECT_EQ(e.reset_limit, 4);
+  // min_np, max_np, the script, slots_per_host, the timeout, reset_limit:
+  EXPECT_EQ(std::make_tuple(e.min_np, e.max_np, e.discovery_script, e.slots_per_host, e.elastic_timeout_seconds,
+                            e.reset_limit),
+            std::make_tuple(2, 5, std::string("d.sh"), 3, int64_t{40}, 4));
   ASSERT_TRUE(e.cooldown_range.has_value());
   EXPECT_EQ(*e.cooldown_range, std::make_pair(int64_t{1}, int64_t{2}));
   EXPECT_EQ(e.checkpoint_path, "/s/j.ckpt");
