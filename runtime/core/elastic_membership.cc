@@ -114,6 +114,10 @@ StatusOr<RuntimeOptions> ElasticMembership::Join(RuntimeOptions options) {
   if (!store_) {
     auto client = rendezvous::ConnectFromEnv(options.start_timeout);
     if (!client.ok()) return client.status();
+    // A launcher that stops answering is reported within the start timeout, not 60 s.
+    (*client)->set_io_timeout(options.start_timeout);
+    endpoint_ = (*client)->endpoint();
+    io_timeout_ = options.start_timeout;
     store_ = std::move(*client);
   }
   StatusOr<ElasticJoin> join =
@@ -137,23 +141,33 @@ int64_t ElasticMembership::notice_at_join() const {
   return notice_;
 }
 
+template <typename T>
+StatusOr<T> ElasticMembership::Explained(StatusOr<T> read) const {
+  if (read.ok() || read.status().code() != StatusCode::kAborted) return read;
+  const int64_t ms = io_timeout_.count();
+  const std::string allowed = ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+  return Aborted("the launcher's store (dadtrun's rendezvous server at " + endpoint_ + ") did not answer within " +
+                 allowed + " (DADT_START_TIMEOUT) or closed the connection: is dadtrun alive? (" +
+                 read.status().message() + ")");
+}
+
 StatusOr<int64_t> ElasticMembership::CurrentNotice() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!store_) return PreconditionFailed("not an elastic worker, or not yet initialized");
-  return ReadCounter(store_.get(), kNoticeKey);
+  return Explained(ReadCounter(store_.get(), kNoticeKey));
 }
 
 StatusOr<int64_t> ElasticMembership::LatestRound() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!store_) return PreconditionFailed("not an elastic worker, or not yet initialized");
-  return ReadCounter(store_.get(), kRoundKey);
+  return Explained(ReadCounter(store_.get(), kRoundKey));
 }
 
 StatusOr<std::string> ElasticMembership::NoticeKind(int64_t seq) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!store_) return PreconditionFailed("not an elastic worker, or not yet initialized");
   bool found = false;
-  return TryGet(store_.get(), std::string(kNoticeKey) + "/" + std::to_string(seq), &found);
+  return Explained(TryGet(store_.get(), std::string(kNoticeKey) + "/" + std::to_string(seq), &found));
 }
 
 }  // namespace core

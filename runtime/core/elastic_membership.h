@@ -75,10 +75,18 @@ class ElasticMembership {
   StatusOr<int64_t> LatestRound();    // `elastic/round` now; PreconditionFailed before a Join
   // What notice `seq` changed: `elastic/notice/<seq>` ("added", "removed", "mixed"); "" if absent.
   StatusOr<std::string> NoticeKind(int64_t seq);
+  // The three reads above fail (kAborted, the message naming the store and the time allowed)
+  // when the launcher's store does not answer within the start timeout (DADT_START_TIMEOUT).
 
  private:
+  // A failed read, said as the launcher's store not answering. Called under mu_.
+  template <typename T>
+  StatusOr<T> Explained(StatusOr<T> read) const;
+
   mutable std::mutex mu_;
   std::unique_ptr<KeyValueStore> store_;  // guarded by mu_
+  std::string endpoint_;                  // guarded by mu_; the store's addr:port
+  std::chrono::milliseconds io_timeout_{0};  // guarded by mu_
   int64_t round_ = 0;                     // guarded by mu_
   int64_t notice_ = 0;                    // guarded by mu_
 };

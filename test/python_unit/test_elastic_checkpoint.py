@@ -157,7 +157,8 @@ def test_an_unreadable_checkpoint_or_a_failed_write_is_raised_on_every_rank(tmp_
     # A write that fails on rank 0 reaches rank 1 through the commit's broadcast.
     with pytest.raises(ElasticCheckpointError, match="cannot write"):
         _state(1, views, [0], [], epoch=0, bcast=lambda obj, root_rank=0, name=None:
-               (False, False, "cannot write the elastic checkpoint %s: disk full" % path)).commit()
+               (False, False, ("checkpoint", "cannot write the elastic checkpoint %s: disk full"
+                                % path))).commit()
     (tmp_path / "job.ckpt").unlink()
     roots = []
     _state(0, views, [0], roots, epoch=0).sync_after_init(False)  # absent: a fresh start

@@ -18,7 +18,7 @@ using net::SendAll;
 namespace {
 
 // A single request never legitimately takes long: the server answers from memory. This bounds how
-// long a rank hangs if dadtrun is wedged.
+// long a rank hangs if dadtrun is wedged (unless set_io_timeout says otherwise).
 constexpr std::chrono::seconds kIoTimeout(60);
 
 // Get's polling: every kQuickPoll for the first kQuickWindow, since the ranks of a job usually
@@ -58,7 +58,12 @@ StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
 }
 
 RendezvousClient::RendezvousClient(int fd, std::string endpoint, std::string secret)
-    : fd_(fd), endpoint_(std::move(endpoint)), secret_(std::move(secret)) {}
+    : fd_(fd), io_timeout_(kIoTimeout), endpoint_(std::move(endpoint)), secret_(std::move(secret)) {}
+
+void RendezvousClient::set_io_timeout(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(mu_);
+  io_timeout_ = timeout;
+}
 
 RendezvousClient::~RendezvousClient() {
   if (fd_ >= 0) ::close(fd_);
@@ -73,7 +78,7 @@ StatusOr<Response> RendezvousClient::Call(Op op, const std::string& key, const s
   if (fd_ < 0) {
     return Aborted("the connection to the rendezvous server at " + endpoint_ + " is closed");
   }
-  const auto deadline = Clock::now() + kIoTimeout;
+  const auto deadline = Clock::now() + io_timeout_;
   auto fail = [&](const Status& s) -> Status {
     ::close(fd_);
     fd_ = -1;

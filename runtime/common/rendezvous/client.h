@@ -47,6 +47,11 @@ class RendezvousClient : public KeyValueStore {
 
   const std::string& endpoint() const { return endpoint_; }  // "addr:port"
 
+  // How long one request may wait for the server's answer before the call fails (and closes the
+  // connection); 60 s unless set. An elastic worker sets its start timeout, so that a wedged
+  // launcher is reported within it (elastic_membership.h).
+  void set_io_timeout(std::chrono::milliseconds timeout);
+
  private:
   RendezvousClient(int fd, std::string endpoint, std::string secret);
   // One request/response exchange under mu_. Unauthorized (and any I/O or framing error) closes
@@ -55,6 +60,7 @@ class RendezvousClient : public KeyValueStore {
 
   std::mutex mu_;
   int fd_;  // -1 once the connection is broken
+  std::chrono::milliseconds io_timeout_;  // guarded by mu_
   const std::string endpoint_;
   const std::string secret_;
 };

@@ -35,6 +35,16 @@ _ELASTIC_ENV = "DADT_ELASTIC"
 OBJECTS = "<objects>"
 
 
+_CHECKPOINT_ERROR, _STORE_ERROR = "checkpoint", "store"
+
+
+class LauncherUnreachableError(RuntimeError):
+    """Raised by ``check_host_updates()`` (and ``commit()``) on every rank when the launcher's
+    store did not answer rank 0 within DADT_START_TIMEOUT seconds: dadtrun is gone or wedged, so
+    the job can no longer learn of host changes. Not a ``DadtInternalError``: ``run`` does not
+    try a reset (which needs the same store) but ends the worker with this message."""
+
+
 class HostsUpdatedInterrupt(RuntimeError):
     """Raised by ``check_host_updates()`` on every rank at once when the launcher's host set
     changed. ``skip_sync``: this rank's state is already that of the other survivors, so it needs
@@ -155,25 +165,37 @@ class State:
             try:
                 ckpt.write_checkpoint(self._checkpoint_path, self._commit_seq, self._snapshot())
             except ckpt.ElasticCheckpointError as e:
-                write_error = str(e)
+                write_error = (_CHECKPOINT_ERROR, str(e))
         self._check_host_updates(write_error)
 
     def check_host_updates(self) -> None:
         """Raises ``HostsUpdatedInterrupt`` on every rank when the launcher published a host
         update; rank 0 reads it and broadcasts its answer, so all ranks decide alike. Its
         ``skip_sync`` is True when the updates only removed hosts; whether the sync is then
-        skipped is agreed again in the new world (a worker that joined meanwhile needs it)."""
+        skipped is agreed again in the new world (a worker that joined meanwhile needs it).
+
+        Never blocks for long: rank 0's read of the launcher's store fails after
+        DADT_START_TIMEOUT seconds without an answer, and then every rank raises
+        ``LauncherUnreachableError`` with rank 0's message."""
         self._check_host_updates(None)
 
-    def _check_host_updates(self, write_error: Optional[str]) -> None:
-        # Rank 0's failure to write the checkpoint rides on the same broadcast: every rank raises.
+    def _check_host_updates(self, error: Optional[Tuple[str, str]]) -> None:
+        # Rank 0's failures (writing the checkpoint, reading the store) ride on the broadcast of
+        # what it saw: every rank raises the same error.
         if not is_elastic() and not self._checkpoint_path:
             return
-        seen = host_updates() + (write_error,) if self._rank() == 0 else (False, False, None)
+        seen: Tuple[bool, bool, Optional[Tuple[str, str]]] = (False, False, error)
+        if self._rank() == 0 and error is None:
+            try:
+                seen = host_updates() + (None,)
+            except DadtInternalError as e:  # the store did not answer (elastic_membership.h)
+                seen = (False, False, (_STORE_ERROR, "check_host_updates on rank 0: %s" % e))
         pending, removals_only, error = self._bcast_object(seen, root_rank=0,
                                                            name="dadt.elastic.host_updates")
         if error:
-            raise ckpt.ElasticCheckpointError(error)
+            kind, message = error
+            raise (LauncherUnreachableError if kind == _STORE_ERROR
+                   else ckpt.ElasticCheckpointError)(message)
         if pending:
             raise HostsUpdatedInterrupt(skip_sync=removals_only)
 

@@ -19,13 +19,14 @@ import keras
 import numpy as np
 
 from dadt.common import array_ops, basics
-from dadt.common.elastic import (ElasticCheckpointError, HostsUpdatedInterrupt, ObjectState, State,
-                                 StateHandler, run_fn)
+from dadt.common.elastic import (ElasticCheckpointError, HostsUpdatedInterrupt,
+                                 LauncherUnreachableError, ObjectState, State, StateHandler, run_fn)
 from dadt.common.exceptions import DadtInternalError
 from dadt.keras.callbacks import _host_value, broadcast_variables
 
-__all__ = ["CommitStateCallback", "ElasticCheckpointError", "HostsUpdatedInterrupt", "KerasState", "ObjectState", "State",
-           "UpdateBatchStateCallback", "UpdateEpochStateCallback", "run"]
+__all__ = ["CommitStateCallback", "ElasticCheckpointError", "HostsUpdatedInterrupt", "KerasState",
+           "LauncherUnreachableError", "ObjectState", "State", "UpdateBatchStateCallback",
+           "UpdateEpochStateCallback", "run"]
 
 
 class VariablesHandler(StateHandler):

@@ -10,15 +10,16 @@ from typing import Any, Sequence
 import tensorflow as tf
 
 from dadt.common import array_ops, basics
-from dadt.common.elastic import ElasticCheckpointError, HostsUpdatedInterrupt, ObjectState, State
+from dadt.common.elastic import (ElasticCheckpointError, HostsUpdatedInterrupt,
+                                 LauncherUnreachableError, ObjectState, State)
 from dadt.keras.elastic import (CommitStateCallback, KerasState, UpdateBatchStateCallback,
                                 UpdateEpochStateCallback, VariablesHandler, run)
 
 TensorFlowKerasState = KerasState
 
-__all__ = ["CommitStateCallback", "ElasticCheckpointError", "HostsUpdatedInterrupt", "KerasState", "ObjectState", "State",
-           "TensorFlowKerasState", "TensorFlowState", "UpdateBatchStateCallback",
-           "UpdateEpochStateCallback", "run"]
+__all__ = ["CommitStateCallback", "ElasticCheckpointError", "HostsUpdatedInterrupt", "KerasState",
+           "LauncherUnreachableError", "ObjectState", "State", "TensorFlowKerasState",
+           "TensorFlowState", "UpdateBatchStateCallback", "UpdateEpochStateCallback", "run"]
 
 
 class TensorFlowState(ObjectState):

@@ -124,6 +124,30 @@ TEST(RendezvousClientTest, GetTimeoutNamesTheKey) {
   EXPECT_LE(server.requests(), 200);
 }
 
+TEST(RendezvousClientTest, ASilentServerFailsTheCallWithinTheIoTimeout) {
+  // The kernel completes the connection (backlog) but nothing ever answers: a wedged dadtrun.
+  int port = 0;
+  StatusOr<int> listen_fd = ListenTcp("127.0.0.1", 0, &port);
+  ASSERT_TRUE(listen_fd.ok());
+  auto client = RendezvousClient::Connect("127.0.0.1", port, "s", milliseconds(2000));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  (*client)->set_io_timeout(milliseconds(200));
+  auto start = std::chrono::steady_clock::now();
+  StatusOr<std::string> v = (*client)->Get("elastic/notice", milliseconds(0));
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  ::close(*listen_fd);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kAborted);
+  EXPECT_NE(v.status().message().find("GET 'elastic/notice' at rendezvous server 127.0.0.1:" + std::to_string(port)),
+            std::string::npos)
+      << v.status().message();
+  EXPECT_GE(elapsed, milliseconds(190));
+  EXPECT_LT(elapsed, std::chrono::seconds(30));  // bounded; the default would be 60 s
+  // The connection is closed: the next call fails at once instead of waiting again.
+  StatusOr<std::string> again = (*client)->Get("elastic/notice", milliseconds(0));
+  EXPECT_NE(again.status().message().find("is closed"), std::string::npos) << again.status().message();
+}
+
 TEST(RendezvousClientTest, ConnectFromEnvReportsMissingVariables) {
   ::unsetenv("DADT_RENDEZVOUS_ADDR");
   ::unsetenv("DADT_RENDEZVOUS_PORT");

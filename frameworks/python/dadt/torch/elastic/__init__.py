@@ -21,12 +21,13 @@
 from typing import Callable
 
 from dadt.common import basics
-from dadt.common.elastic import (ElasticCheckpointError, HostsUpdatedInterrupt, ObjectState, State,
-                                 run_fn)
+from dadt.common.elastic import (ElasticCheckpointError, HostsUpdatedInterrupt,
+                                 LauncherUnreachableError, ObjectState, State, run_fn)
 from dadt.torch.elastic.sampler import ElasticSampler
 from dadt.torch.elastic.state import TorchState
 
-__all__ = ["ElasticCheckpointError", "ElasticSampler", "HostsUpdatedInterrupt", "ObjectState", "State", "TorchState", "run"]
+__all__ = ["ElasticCheckpointError", "ElasticSampler", "HostsUpdatedInterrupt",
+           "LauncherUnreachableError", "ObjectState", "State", "TorchState", "run"]
 
 
 def _reset() -> None:
