@@ -79,6 +79,9 @@ StatusOr<std::unique_ptr<KeyValueStore>> StoreFromEnvironment(const RuntimeOptio
   if (env::IsSet(env::kRendezvousAddr)) {
     auto client = rendezvous::ConnectFromEnv(options.start_timeout);
     if (!client.ok()) return client.status();
+    // An elastic worker outlives stuck launchers no longer than its start timeout per request
+    // (as its ElasticMembership does), also when it records a peer's death there on the way out.
+    if (options.elastic) (*client)->set_io_timeout(options.start_timeout);
     return std::unique_ptr<KeyValueStore>(std::move(*client));
   }
   if (options.size == 1) return std::unique_ptr<KeyValueStore>(new rendezvous::InMemoryStore());

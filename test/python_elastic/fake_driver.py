@@ -22,6 +22,8 @@ class FakeDriver:
         self.port = self._sock.getsockname()[1]
         self._round = 0
         self._notice = 0
+        self._frozen = threading.Event()
+        self._closed = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def env(self):
@@ -55,6 +57,10 @@ class FakeDriver:
         self.set("elastic/notice/%d" % self._notice, kind)
         self.set("elastic/notice", self._notice)
 
+    def freeze(self):
+        """From now on the store reads requests and never answers (a wedged launcher)."""
+        self._frozen.set()
+
     def _accept(self):
         while True:
             try:
@@ -87,6 +93,9 @@ class FakeDriver:
                 o += 2 + klen
                 (vlen,) = struct.unpack_from("<I", p, o)
                 value = p[o + 4:o + 4 + vlen]
+                if self._frozen.is_set():
+                    self._closed.wait()
+                    return
                 if secret != self.secret:
                     self._reply(conn, _UNAUTHORIZED, b"")
                     return
@@ -113,4 +122,5 @@ class FakeDriver:
         conn.sendall(struct.pack("<I", len(payload)) + payload)
 
     def close(self):
+        self._closed.set()
         self._sock.close()

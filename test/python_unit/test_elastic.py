@@ -68,6 +68,29 @@ def test_check_host_updates_is_decided_by_rank_zeros_broadcast(monkeypatch):
     quiet.commit()  # rank 0 saw nothing: no interrupt
 
 
+def test_a_store_that_does_not_answer_rank_zero_is_raised_on_every_rank(monkeypatch):
+    monkeypatch.setenv("DADT_ELASTIC", "1")
+
+    def silent_store():
+        raise DadtInternalError("the launcher's store (dadtrun's rendezvous server at h:1) did "
+                                "not answer within 2 s")
+
+    monkeypatch.setattr(elastic, "host_updates", silent_store)
+    sent = []
+
+    def bcast(obj, root_rank=0, name=None):
+        sent.append(obj)
+        return obj
+
+    with pytest.raises(elastic.LauncherUnreachableError, match="rank 0: .* did not answer"):
+        elastic.ObjectState(bcast, lambda: 0, epoch=0).check_host_updates()
+    assert not isinstance(elastic.LauncherUnreachableError("x"), DadtInternalError)  # no reset
+    # Rank 1 takes no part in the read: it raises what rank 0 broadcast.
+    with pytest.raises(elastic.LauncherUnreachableError, match="did not answer"):
+        elastic.ObjectState(lambda obj, root_rank=0, name=None: sent[0], lambda: 1,
+                            epoch=0).commit()
+
+
 class FakeCore:
     def __init__(self, latest_round, notice, joined_round, notice_at_init, kinds):
         self.updates = (latest_round, notice)

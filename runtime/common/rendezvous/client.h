@@ -48,8 +48,8 @@ class RendezvousClient : public KeyValueStore {
   const std::string& endpoint() const { return endpoint_; }  // "addr:port"
 
   // How long one request may wait for the server's answer before the call fails (and closes the
-  // connection); 60 s unless set. An elastic worker sets its start timeout, so that a wedged
-  // launcher is reported within it (elastic_membership.h).
+  // connection); 60 s unless set. An elastic worker's clients set its start timeout, so that a
+  // wedged launcher is reported within it (elastic_membership.h, engine_setup.cc).
   void set_io_timeout(std::chrono::milliseconds timeout);
 
  private:

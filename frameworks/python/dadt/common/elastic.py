@@ -72,12 +72,13 @@ def host_updates() -> Tuple[bool, bool]:
     (False, False) when the process is not an elastic worker."""
     if not is_elastic():
         return False, False
+    from dadt.common.basics import call  # dadt's exception types (DadtInternalError) for failures
     core = _core()
-    latest_round, notice = core.elastic_updates()
+    latest_round, notice = call(core.elastic_updates)
     baseline = core.elastic_notice_at_init()
     if notice == baseline and latest_round <= core.elastic_round():
         return False, False
-    kinds = [core.elastic_notice_kind(seq) for seq in range(baseline + 1, notice + 1)]
+    kinds = [call(core.elastic_notice_kind, seq) for seq in range(baseline + 1, notice + 1)]
     return True, bool(kinds) and all(kind == "removed" for kind in kinds)
 
 
