@@ -108,3 +108,43 @@ def test_tensorflow_state_restores_variables_and_objects_and_refuses_sessions():
     assert w.numpy().tolist() == [4.0, 4.0]
     with pytest.raises(ValueError, match="TensorFlow 1 sessions"):
         tf_elastic.TensorFlowState([w], session=object())
+
+
+def test_keras_and_tensorflow_states_resume_from_the_elastic_checkpoint(tmp_path, monkeypatch):
+    """The same checkpoint path as TorchState's (dadt.common.elastic_checkpoint): a fresh process
+    (another model's weights, no commit) takes rank 0's file at its first sync."""
+    import tensorflow as tf
+    from dadt.common import array_ops, basics
+    from dadt.tensorflow import elastic as tf_elastic
+    monkeypatch.setattr(basics, "rank", lambda: 0)
+    monkeypatch.setattr(array_ops, "broadcast_object", lambda obj, root_rank=0, name=None: obj)
+    monkeypatch.setattr(array_ops, "allgather_object", lambda obj, name=None: [obj])
+    monkeypatch.setattr(elastic, "broadcast_variables", lambda *a, **k: None)  # one rank
+    monkeypatch.delenv("DADT_ELASTIC", raising=False)
+
+    def keras_state(seed):
+        keras.utils.set_random_seed(seed)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse")
+        return model, elastic.KerasState(model, epoch=0)
+
+    monkeypatch.setenv("DADT_ELASTIC_CHECKPOINT", str(tmp_path / "keras.ckpt"))
+    model, state = keras_state(0)
+    model.fit(np.ones((8, 3)), np.ones((8, 2)), epochs=1, verbose=0)
+    state.epoch = 1
+    state.commit()
+    model2, state2 = keras_state(1)
+    assert not np.array_equal(model.get_weights()[0], model2.get_weights()[0])
+    state2.sync_after_init(False)
+    assert all(np.array_equal(a, b) for a, b in zip(model.get_weights(), model2.get_weights()))
+    assert state2.epoch == 1
+
+    monkeypatch.setenv("DADT_ELASTIC_CHECKPOINT", str(tmp_path / "tf.ckpt"))
+    w = tf.Variable([1.0, 2.0])
+    tf_state = tf_elastic.TensorFlowState([w], batch=3)
+    w.assign([5.0, 6.0])
+    tf_state.commit()
+    w2 = tf.Variable([0.0, 0.0])
+    fresh = tf_elastic.TensorFlowState([w2], batch=0)
+    fresh.sync_after_init(False)
+    assert w2.numpy().tolist() == [5.0, 6.0] and fresh.batch == 3
