@@ -10,6 +10,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fake_driver import FakeDriver  # noqa: E402
+from test_digits import _kill_all  # noqa: E402
 
 WORKER = """
 import os, sys, time
@@ -53,11 +54,7 @@ def test_a_store_that_stops_answering_ends_every_rank_with_a_clear_error(tmp_pat
         outputs = [p.communicate(timeout=90)[0] for p in procs]
         elapsed = time.monotonic() - frozen_at
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        driver.close()
+        _kill_all(procs, driver)
     for rank, (p, out) in enumerate(zip(procs, outputs)):
         assert p.returncode != 0, out[-3000:]
         assert "LauncherUnreachableError" in out, "rank %d: %s" % (rank, out[-3000:])
