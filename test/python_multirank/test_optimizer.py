@@ -2,8 +2,11 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import dadt.torch as dadt
+from dadt.torch.training_modes import sync as sync_module
+from dadt.torch.training_modes.host import EngineHost
 from collective_utils import assert_rows_identical, gather_rows
 
 STEPS = 3
@@ -152,3 +155,70 @@ def test_parameters_without_gradient_on_some_ranks(world, nm):
 
 def _batch_pair(rank, step):
     return _batch(rank, step)[0], rank % 2
+
+
+_BASE_STEP_ON = EngineHost.base_step_on
+
+
+class _ClippingSGD(torch.optim.SGD):
+    """A step() that reads every gradient at once (a global norm): not separable."""
+
+    def step(self, closure=None):
+        torch.nn.utils.clip_grad_norm_([p for g in self.param_groups for p in g["params"]], 1.0)
+        return super().step(closure)
+
+
+def _overlap_run(world, monkeypatch, opt_factory, overlap):
+    """STEPS steps of a model with several parameter tensors; returns (weights, how many partial
+    steps the optimizer ran)."""
+    monkeypatch.setenv("DADT_OVERLAP_STEP", "1" if overlap else "0")
+    # A part per gradient: no minimum size, and no allreduce counts as done before it is waited
+    # for (the split otherwise depends on timing).
+    monkeypatch.setattr(sync_module, "APPLY_BYTES", 0)
+    monkeypatch.setattr(sync_module, "_done", lambda handle: False)
+    parts = []
+    monkeypatch.setattr(EngineHost, "base_step_on",
+                        lambda self, params: parts.append(len(params)) or _BASE_STEP_ON(self, params))
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32),
+                                torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    opt = dadt.DistributedOptimizer(opt_factory(model.parameters()),
+                                    named_parameters=model.named_parameters())
+    for step in range(STEPS):
+        opt.zero_grad()
+        x, y = _batch(world.rank, step)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    return _flat(model), parts
+
+
+@pytest.mark.parametrize("opt_factory", [
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    lambda ps: torch.optim.Adam(ps, lr=0.01),
+    lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1),
+], ids=["SGD", "Adam", "AdamW"])
+def test_step_overlapped_with_the_allreduces_gives_the_same_bits(world, nm, monkeypatch, opt_factory):
+    """step() steps the parameters whose averages have arrived while the others are still being
+    reduced; for torch's elementwise optimizers that must be exactly one step's result."""
+    together, no_parts = _overlap_run(world, monkeypatch, opt_factory, overlap=False)
+    overlapped, parts = _overlap_run(world, monkeypatch, opt_factory, overlap=True)
+    assert no_parts == [], "DADT_OVERLAP_STEP=0 still stepped in parts"
+    if world.size > 1:
+        assert parts == [1] * (STEPS * 6), f"not one part per gradient, each once a step: {parts}"
+    assert torch.equal(together, overlapped), (
+        f"max |overlapped - one step| = {(together - overlapped).abs().max().item():.3g}")
+    assert_rows_identical(gather_rows(overlapped, nm()), "weights with the overlapped step")
+
+
+def test_step_of_an_optimizer_that_reads_every_gradient_is_not_split(world, nm, monkeypatch):
+    """A step() of the user's own (a global gradient norm here), or any step hook, runs once on
+    the averaged gradients, as without the overlap."""
+    _, parts = _overlap_run(world, monkeypatch, lambda ps: _ClippingSGD(ps, lr=0.1), overlap=True)
+    assert parts == []
+
+    handle = register_optimizer_step_post_hook(lambda *args: None)
+    try:
+        _, parts = _overlap_run(world, monkeypatch, lambda ps: torch.optim.SGD(ps, lr=0.1), overlap=True)
+    finally:
+        handle.remove()
+    assert parts == []

@@ -58,6 +58,14 @@ class _Host:
         self.base_steps += 1
         return self._optimizer.step(*args)
 
+    base_step_on = EngineHost.base_step_on  # restricts param_groups around _base_step
+
+    def _base_step(self):
+        return self.base_step()
+
+    def step_is_separable(self):
+        return True
+
 
 def _setup(mode, **options):
     torch.manual_seed(0)

@@ -54,8 +54,6 @@ class BucketEngine(ModeEngine):
         # (param, gradient, its version counter) for each gradient taken this step: step()
         # refuses one changed in place since (it would not reach the update).
         self._taken = []
-        # Per bucket, the wrapped optimizer's param_groups restricted to the bucket's parameters.
-        self._groups_of = [self._restricted_groups(b) for b in self.buckets]
 
     def bucket_of(self, p: torch.Tensor):
         """(bucket, slot) of a parameter."""
@@ -194,29 +192,20 @@ class BucketEngine(ModeEngine):
             bucket.adopted = None
 
     # -- applying the wrapped optimizer -----------------------------------------------------------
-    def _restricted_groups(self, bucket):
-        members = {id(p) for p in bucket.params}
-        return [[p for p in group["params"] if id(p) in members]
-                for group in self._host.param_groups]
-
     def _apply(self, grads: Dict[int, List[torch.Tensor]]):
         """Runs the wrapped optimizer's step on the parameters of the buckets in `grads` (bucket
         index -> averaged gradient per parameter), leaving every p.grad as it found it."""
-        param_groups = self._host.param_groups
         params = [p for index in grads for p in self.buckets[index].params]
         saved = [p.grad for p in params]
-        full = [group["params"] for group in param_groups]
         try:
             for index, views in grads.items():
                 for p, g in zip(self.buckets[index].params, views):
                     p.grad = g
             if len(grads) != len(self.buckets):
-                for gi, group in enumerate(param_groups):
-                    group["params"] = [p for index in grads for p in self._groups_of[index][gi]]
-            self._host.base_step()
+                self._host.base_step_on(params)
+            else:
+                self._host.base_step()
         finally:
-            for group, ps in zip(param_groups, full):
-                group["params"] = ps
             for p, g in zip(params, saved):
                 p.grad = g
 

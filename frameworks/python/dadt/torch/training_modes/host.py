@@ -15,6 +15,7 @@ the wrapped optimizer's own step). The optimizer, in turn, only calls the method
 from typing import Callable, Dict, List, Tuple
 
 import torch
+import torch.optim.optimizer as _torch_optimizer
 
 from dadt.common.process_sets import set_size
 from dadt.common.util import Average, Sum
@@ -99,3 +100,43 @@ class EngineHost:
         """Runs the wrapped optimizer's own step() on the parameters' current ``p.grad`` (args,
         a closure, are passed on as given), bypassing dadt's step()."""
         return self._base_step(*args)
+
+    def base_step_on(self, params: List[torch.Tensor]):
+        """The wrapped optimizer's own step() on `params` only: each of ``param_groups`` holds,
+        for the call, just its members that are in `params` (in its own order), and gets its whole
+        list back afterwards, also when the step raises."""
+        members = {id(p) for p in params}
+        groups = self.param_groups
+        full = [group["params"] for group in groups]
+        try:
+            for group, ps in zip(groups, full):
+                group["params"] = [p for p in ps if id(p) in members]
+            return self._base_step()
+        finally:
+            for group, ps in zip(groups, full):
+                group["params"] = ps
+
+    def step_is_separable(self) -> bool:
+        """Whether the wrapped optimizer's step() updates each parameter from that parameter's
+        gradient and state alone, so that stepping the parameters in parts gives the same bits as
+        one step: true for torch's elementwise optimizers (SEPARABLE_OPTIMIZERS) used as they are,
+        with no step hooks (they would run once per part)."""
+        for klass in type(self._optimizer).__mro__[1:]:  # [0] is DistributedOptimizer's class
+            if "step" in klass.__dict__:
+                if klass not in SEPARABLE_OPTIMIZERS:
+                    return False
+                break
+        opt = self._optimizer
+        hooks = [getattr(opt, "_optimizer_step_pre_hooks", None),
+                 getattr(opt, "_optimizer_step_post_hooks", None),
+                 getattr(_torch_optimizer, "_global_optimizer_pre_hooks", None),
+                 getattr(_torch_optimizer, "_global_optimizer_post_hooks", None)]
+        return not any(hooks)
+
+
+# torch optimizers whose update of a parameter reads only that parameter, its gradient and its
+# own state (no norm or statistic across parameters), in the classes' own step().
+SEPARABLE_OPTIMIZERS = frozenset(
+    getattr(torch.optim, name) for name in
+    ("SGD", "Adam", "AdamW", "Adagrad", "Adamax", "RMSprop", "NAdam", "RAdam", "Adadelta")
+    if hasattr(torch.optim, name))

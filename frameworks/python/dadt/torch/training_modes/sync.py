@@ -8,6 +8,7 @@ all have their gradient), sparse gradients (allgathered as indices and values, o
 with sparse_as_dense), step(closure) and skip_synchronize().
 """
 
+import os
 import warnings
 
 import torch
@@ -15,7 +16,7 @@ import torch
 from dadt.common.process_sets import set_size
 from dadt.common.util import Average, split_list
 from dadt.torch.functions import broadcast_object
-from dadt.torch.handles import synchronize
+from dadt.torch.handles import poll, synchronize
 from dadt.torch.async_collectives import allgather_async, allreduce_async_, grouped_allreduce_async_
 from dadt.torch.training_modes.engine import ModeEngine, warn_dropped_pending
 
@@ -53,6 +54,11 @@ class SyncEngine(ModeEngine):
                               "slowdown. You may want to consider using "
                               "optimizer.skip_synchronize() context if you use "
                               "optimizer.synchronize() in your code.")
+            if closure is None and self._handles and _overlap_step() and \
+                    self._host.step_is_separable():
+                self._synchronize_and_apply()
+                self._synchronized = False
+                return None
             self.synchronize()
         self._synchronized = False
         return self._host.base_step(closure)
@@ -61,6 +67,43 @@ class SyncEngine(ModeEngine):
         """Waits for every gradient allreduce and writes the averaged gradients into ``p.grad``,
         first submitting the allreduce of every gradient not submitted yet: parameters that got
         no gradient on this rank, or fewer than backward_passes_per_step backward passes."""
+        self._submit_missing()
+        for key, (handle, ctx) in self._handles.items():
+            self._finish(key, handle, ctx)
+        self._handles.clear()
+        self._synchronized = True
+
+    def _synchronize_and_apply(self):
+        """step() without a closure: synchronize() and the wrapped optimizer's step, overlapped.
+        The allreduces are waited for in the order they were submitted (backward's order), and the
+        parameters whose averages have arrived are stepped while the later allreduces are still on
+        the wire, in parts of at least APPLY_BYTES (a part also takes every allreduce that is
+        already done, so that the optimizer runs a few times a step, not once per gradient).
+        Only for separable optimizers (EngineHost.step_is_separable), where this gives the same
+        bits as synchronize() followed by one step. If a collective fails, the parts before it
+        have been stepped (an elastic run restores its last commit anyway)."""
+        self._submit_missing()
+        entries = list(self._handles.items())
+        reduced = {id(p) for key, _ in entries for p in _params_of(key)}
+        # Parameters the hooks do not cover (a param group added after the optimizer was made)
+        # are stepped with the last part, as one step() would step them.
+        part = [p for group in self._host.param_groups for p in group["params"]
+                if id(p) not in reduced]
+        part_bytes = 0
+        for i, (key, (handle, ctx)) in enumerate(entries):
+            self._finish(key, handle, ctx)
+            params = _params_of(key)
+            part.extend(params)
+            part_bytes += sum(p.numel() * p.element_size() for p in params)
+            last = i + 1 == len(entries)
+            if last or (part_bytes >= APPLY_BYTES and not _done(entries[i + 1][1][0])):
+                self._host.base_step_on(part)
+                part, part_bytes = [], 0
+        self._handles.clear()
+
+    def _submit_missing(self):
+        """Submits the allreduce of every gradient not submitted yet: parameters that got no
+        gradient on this rank, or fewer than backward_passes_per_step backward passes."""
         submitted = set()
         for key, (handle, _) in self._handles.items():
             if isinstance(key, tuple):
@@ -78,22 +121,22 @@ class SyncEngine(ModeEngine):
                     self._handles.pop(gp, None)
                 self._handles[group] = self._grouped_allreduce_grad_async(group)
 
+    def _finish(self, key, handle, ctx):
+        """Waits for one entry of _handles (a parameter, or a group's tuple) and writes its
+        averaged gradient(s) into ``p.grad``."""
         passes = self._host.backward_passes_per_step
-        for p, (handle, ctx) in self._handles.items():
-            if isinstance(p, tuple):
-                outputs = synchronize(handle)
-                for gp, output, gctx in zip(p, outputs, ctx):
-                    self._allreduce_delay[gp] = passes
-                    self._set_grad(gp, output, gctx)
-                self._group_counts[p] = 0
-                continue
-            output = handle() if callable(handle) else synchronize(handle)
-            self._allreduce_delay[p] = passes
-            if self._groups is not None:
-                self._group_counts[self._p_to_group[p]] = 0
-            self._set_grad(p, output, ctx)
-        self._handles.clear()
-        self._synchronized = True
+        if isinstance(key, tuple):
+            outputs = synchronize(handle)
+            for gp, output, gctx in zip(key, outputs, ctx):
+                self._allreduce_delay[gp] = passes
+                self._set_grad(gp, output, gctx)
+            self._group_counts[key] = 0
+            return
+        output = handle() if callable(handle) else synchronize(handle)
+        self._allreduce_delay[key] = passes
+        if self._groups is not None:
+            self._group_counts[self._p_to_group[key]] = 0
+        self._set_grad(key, output, ctx)
 
     def before_zero_grad(self, set_to_none):
         if self._handles:
@@ -240,6 +283,27 @@ class SyncEngine(ModeEngine):
             p.grad = aggregated
         else:
             p.grad.set_(aggregated)
+
+
+# step() applies the optimizer to parts of at least this many bytes of parameters while the rest
+# of the gradients are still being reduced (SyncEngine._synchronize_and_apply).
+APPLY_BYTES = 4 * 1024 * 1024
+
+
+def _overlap_step() -> bool:
+    """DADT_OVERLAP_STEP=0 turns the overlapped step off (docs/running.md)."""
+    return os.environ.get("DADT_OVERLAP_STEP", "1") != "0"
+
+
+def _params_of(key):
+    """The parameters of a _handles key: a parameter, or a group's tuple of them."""
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _done(handle) -> bool:
+    """Whether an entry's collective has completed (a sparse gradient's finishing function: not
+    known, so no)."""
+    return not callable(handle) and poll(handle)
 
 
 def _check_groups(groups):
