@@ -79,6 +79,7 @@ def _finish(ejob, timeout=180):
     """Waits for dadtrun; returns (the workers' stdout, dadtrun's own lines). Asserts exit 0 and no process left on any host."""
     code = ejob.wait_exit(timeout)
     time.sleep(0.3)  # let the pumps take the last lines
+    open("/tmp/en/dump-%s" % ejob.marker, "w").write("\n".join(ejob.err))
     assert code == 0, ejob.dump()
     left = wait_namespaces_clean(ejob.marker, seconds=10)
     assert not left, f"processes left on the hosts: {left}"
