@@ -71,6 +71,16 @@ def _worker_pid(host, marker):
     pytest.fail(f"no worker of job {marker} on {host}: {namespace_processes(marker)}")
 
 
+def _wait_host_clean(host, marker, seconds=10.0):
+    """The job's processes still on namespace `host` after at most `seconds` (empty: none left)."""
+    deadline = time.monotonic() + seconds
+    left = namespace_processes(marker)[host]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = namespace_processes(marker)[host]
+    return left
+
+
 def _write_hosts(path, hosts):
     """Replaces the discovery script's hosts file in one step (a reader never sees it half written)."""
     tmp = path.with_suffix(".tmp")
@@ -98,8 +108,8 @@ def test_torch_digits_survives_a_killed_host(netns_hosts, ejob, tmp_path):
     os.kill(_worker_pid("h2", ejob.marker), signal.SIGKILL)
     ejob.wait_for("err", r"^dadtrun: elastic: host h2 lost: rank 1 \(worker h2/0/2\) killed by SIGKILL$")
     ejob.wait_for("err", r"^dadtrun: elastic: round 2: 2 workers on h1, h3 \(reset 1\)$")
-    gone = wait_namespaces_clean(ejob.marker, seconds=10).get("h2")
-    assert not gone, f"processes of the job left on the killed host h2: {gone}"
+    left = _wait_host_clean("h2", ejob.marker)
+    assert not left, f"processes of the job left on the killed host h2: {left}"
     out, err = _finish(ejob)
     assert final_accuracy(out) >= 0.90, out[-4000:]
     sizes = epoch_sizes(out)
@@ -140,8 +150,8 @@ def test_torch_digits_host_no_longer_listed_leaves_gracefully(netns_hosts, ejob,
     ejob.wait_for("err", r"^dadtrun: elastic: round 2: 2 workers on h1, h2 \(reset 1\)$")
     ejob.wait_for("err", r"^dadtrun: elastic: rank 2 \(worker h3/0/3\) on h3 was removed and exited with code 0$",
                   timeout=60)
-    gone = wait_namespaces_clean(ejob.marker, seconds=10).get("h3")
-    assert not gone, f"processes of the job left on the removed host h3: {gone}"
+    left = _wait_host_clean("h3", ejob.marker)
+    assert not left, f"processes of the job left on the removed host h3: {left}"
     out, err = _finish(ejob)
     assert " lost" not in err, err
     assert final_accuracy(out) >= 0.90, out[-4000:]
