@@ -3,8 +3,9 @@ ssh and the real dadtrun elastic driver: examples/elastic/train_digits_elastic.p
 loses a SIGKILLed host, gains a host the discovery script starts listing, and loses one it stops listing;
 examples/elastic/keras_digits_elastic.py (model.fit with the elastic callbacks) loses a SIGKILLed host. Each
 run reaches >= 0.90 test accuracy, ends 0 and leaves nothing on any host; the torch runs commit every training
-sample exactly once per epoch. Skipped, with the reason, where namespaces cannot be made. About 1.5 minutes on
-the shared 2-core machine (the Keras test, with TensorFlow's start-up on three workers, a third of it).
+sample exactly once per epoch. Skipped, with the reason, where namespaces cannot be made. Last, one repeat of
+examples/benchmarks/elastic_recovery.py on this host (its table, and nothing left behind). About 70 s on the
+shared 2-core machine (the Keras test, with TensorFlow's start-up on three workers, a quarter of it).
 """
 import os
 import signal
@@ -14,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import PY, REPO, worker_env
+from conftest import PY, REPO, wait_no_process, worker_env
 from test_elastic_multihost import ejob, netns_hosts  # noqa: F401 (fixtures)
 from test_multihost import IFACE, namespace_processes, wait_namespaces_clean
 
@@ -173,3 +174,19 @@ def test_keras_fit_survives_a_killed_host(netns_hosts, ejob, tmp_path):
     out, _ = _finish(ejob, timeout=300)
     assert final_accuracy(out) >= 0.90, out[-4000:]
     assert "final test accuracy" in out and "(size 2)" in out, out[-4000:]
+
+
+def test_recovery_benchmark_prints_its_table(tmp_path):
+    """examples/benchmarks/elastic_recovery.py on this host: one repeat, every phase timed, in order."""
+    bench = os.path.join(REPO, "examples", "benchmarks", "elastic_recovery.py")
+    proc = subprocess.run([PY, bench, "--hosts", "localhost:3", "--repeats", "1", "--kill-step", "10"],
+                          env=_env(), capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in proc.stdout.splitlines() if line.startswith("| ")}
+    assert rows["run"] == ["failed", "round", "reset", "resumed", "step"], proc.stdout
+    failed, round_, reset, resumed, step = (float(c) for c in rows["1"])
+    assert 0 <= failed and round_ <= reset <= resumed <= step < 60, proc.stdout
+    assert rows["median"] == rows["1"], proc.stdout
+    left = wait_no_process("dadt-elastic-recovery-", seconds=10)  # its workers' --step-log paths
+    assert not left, f"the benchmark left processes behind: {left}"
