@@ -21,6 +21,11 @@ commit there, and a job whose every original worker was replaced resumes from it
 --ids-dir DIR: rank 0 of each round appends, at every commit, the training-sample ids the whole
 world committed since the last commit ("<epoch> <id> ..." lines to DIR/ids.txt); tests count them
 to check that every sample is trained on exactly once per epoch whatever the resets.
+
+--step-log FILE: every rank appends "<unix time> <worker id> <pid> <rank> <size> <event>" lines, the
+event being "step E S" (step S of epoch E completed), "failed" (a collective raised
+DadtInternalError), "reset" (init() into the new round done) or "resumed" (state synced, training
+goes on); examples/benchmarks/elastic_recovery.py reads them to time a recovery.
 """
 import argparse
 import hashlib
@@ -48,6 +53,7 @@ def parse_args():
     p.add_argument("--state-log", default=None,
                    help="rank 0 appends 'epoch processed_num sha256-of-weights' each time training "
                         "(re)starts from the synced state (tests)")
+    p.add_argument("--step-log", default=None, help="each rank appends timestamped events (benchmarks)")
     return p.parse_args()
 
 
@@ -81,7 +87,20 @@ def main():
     state = dadt.elastic.TorchState(model, opt, train_sampler=sampler, epoch=1)
     pending_ids = []  # this rank's samples since the last commit (only for --ids-dir)
 
+    def log(event):
+        if not args.step_log:
+            return
+        now = time.time()
+        try:
+            rank, size = dadt.rank(), dadt.size()
+        except Exception:  # between worlds
+            rank, size = -1, -1
+        with open(args.step_log, "a") as f:
+            f.write("%.6f %s %d %d %d %s\n" % (now, os.environ.get("DADT_ELASTIC_WORKER_ID", "-"), os.getpid(),
+                                              rank, size, event))
+
     def on_reset():
+        log("reset")
         for group in opt.param_groups:
             group["lr"] = args.lr * dadt.size()
         pending_ids.clear()
@@ -99,6 +118,14 @@ def main():
 
     @dadt.elastic.run
     def train(state):
+        log("resumed")
+        try:
+            train_epochs(state)
+        except dadt.DadtInternalError:
+            log("failed")
+            raise
+
+    def train_epochs(state):
         pending_ids.clear()  # whatever was not committed is redone
         if args.state_log and dadt.rank() == 0:
             with open(args.state_log, "a") as f:
@@ -120,6 +147,7 @@ def main():
                 opt.step()
                 pending_ids.extend(idx)
                 state.train_sampler.record_batch(step, args.batch_size)
+                log("step %d %d" % (state.epoch, step))
                 if args.progress_file:
                     with open(args.progress_file, "a") as f:
                         f.write("%d %d\n" % (state.epoch, step))

@@ -34,9 +34,10 @@ class ElasticJob:
         self.lock = threading.Lock()
         self.proc = None
 
-    def start(self, *flags):
-        cmd = [self.dadtrun, *flags, PY, WORKER, self.marker, str(self.control)]
-        self.proc = subprocess.Popen(cmd, env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    def start(self, *flags, command=None, env=None):
+        """dadtrun FLAGS COMMAND; COMMAND is the fake worker unless given (then it must carry self.marker)."""
+        cmd = [self.dadtrun, *flags, *(command or [PY, WORKER, self.marker, str(self.control)])]
+        self.proc = subprocess.Popen(cmd, env=env or worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, stdin=subprocess.DEVNULL, start_new_session=True)
         for stream, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
             threading.Thread(target=self._pump, args=(stream, sink), daemon=True).start()

@@ -65,11 +65,10 @@ void PeerWatchdog::Run() {
     if (armed_ > 0) {
       quiet_ticks = 0;
       lock.unlock();  // probing takes the pairs' locks; never hold ours meanwhile
-      std::exception_ptr failure = Probe();
-      if (failure) {
-        DADT_LOG(DEBUG) << "gloo peer watchdog: a connection failed during a collective; "
-                           "failing the waits on it";
-        registry_->FailAll(failure);
+      for (auto& [peer, failure] : Probe()) {
+        DADT_LOG(DEBUG) << "gloo peer watchdog: the connection to rank " << peer
+                        << " failed during a collective; failing the waits that involve it";
+        registry_->FailPeer(peer, failure);
       }
       lock.lock();
     } else {
@@ -79,7 +78,8 @@ void PeerWatchdog::Run() {
   }
 }
 
-std::exception_ptr PeerWatchdog::Probe() {
+std::vector<std::pair<int, std::exception_ptr>> PeerWatchdog::Probe() {
+  std::vector<std::pair<int, std::exception_ptr>> failed;
   for (int peer = 0; peer < context_->size; ++peer) {
     if (peer == context_->rank) continue;
     auto* pair = dynamic_cast<::gloo::transport::tcp::Pair*>(context_->getPair(peer).get());
@@ -87,10 +87,10 @@ std::exception_ptr PeerWatchdog::Probe() {
     try {
       pair->tryRecv(probe_buffer_.get(), kProbeSlot, 0, 0);
     } catch (...) {
-      return std::current_exception();
+      failed.emplace_back(peer, std::current_exception());
     }
   }
-  return nullptr;
+  return failed;
 }
 
 }  // namespace internal

@@ -8,10 +8,14 @@
 //
 // How: while a collective runs (between Arm and Disarm, via Scope), a thread wakes every
 // `interval` and probes every pair with Pair::tryRecv on a slot no collective uses: that call
-// has no side effect on a healthy pair and rethrows the stored error of a failed one. On the
-// first failure it hands that error to every live unbound buffer of the context
-// (BufferRegistry::FailAll), so each blocked wait throws it and the collective unwinds with the
-// pair's own message ("Connection closed by peer ...").
+// has no side effect on a healthy pair and rethrows the stored error of a failed one. It hands
+// that error to every live unbound buffer that has sent to or received from that peer
+// (BufferRegistry::FailPeer), so each wait blocked on the peer throws it and the collective
+// unwinds with the pair's own message ("Connection closed by peer ..."). Only those: a peer that
+// exits normally right after its part of a collective (the first rank to finish a job, an elastic
+// worker removed from the next round) must not fail a collective that only waits on other ranks.
+// Such a collective that does depend on the dead peer through a third rank still ends: that
+// rank's own collective fails, and its backend then closes every connection (GlooBackend::Finish).
 //
 // Cost: one uncontended mutex lock per Arm and per Disarm on the collective's thread, nothing
 // else -- Arm does not wake the watchdog unless it has gone idle. While collectives keep coming,
@@ -30,6 +34,8 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <gloo/context.h>
 
@@ -63,8 +69,8 @@ class PeerWatchdog {
   void Arm();
   void Disarm();
   void Run();
-  // The stored error of the first failed pair, or null if every pair is healthy.
-  std::exception_ptr Probe();
+  // (rank, stored error) of every failed pair; empty when every pair is healthy.
+  std::vector<std::pair<int, std::exception_ptr>> Probe();
 
   const std::shared_ptr<::gloo::Context> context_;
   const std::shared_ptr<BufferRegistry> registry_;

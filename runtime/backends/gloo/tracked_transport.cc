@@ -57,6 +57,32 @@ void BufferRegistry::Remove(TrackedUnboundBuffer* buffer) {
   }
 }
 
+void BufferRegistry::Touch(TrackedUnboundBuffer* buffer, int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (std::find(buffer->peers_.begin(), buffer->peers_.end(), rank) == buffer->peers_.end()) {
+    buffer->peers_.push_back(rank);
+  }
+  for (const auto& failed : failed_peers_) {
+    if (failed.first == rank) {
+      buffer->Fail(failed.second);
+      return;
+    }
+  }
+}
+
+void BufferRegistry::FailPeer(int rank, std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& failed : failed_peers_) {
+    if (failed.first == rank) return;  // reported already (the watchdog probes every tick)
+  }
+  failed_peers_.emplace_back(rank, error);
+  for (TrackedUnboundBuffer* buffer : live_) {
+    if (std::find(buffer->peers_.begin(), buffer->peers_.end(), rank) != buffer->peers_.end()) {
+      buffer->Fail(error);
+    }
+  }
+}
+
 void BufferRegistry::FailAll(std::exception_ptr error) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!error_) error_ = error;
@@ -72,6 +98,22 @@ TrackedUnboundBuffer::TrackedUnboundBuffer(const std::shared_ptr<tcp::Context>& 
 
 // Unregisters before the base destructor runs, so FailAll never touches a dying buffer.
 TrackedUnboundBuffer::~TrackedUnboundBuffer() { registry_->Remove(this); }
+
+void TrackedUnboundBuffer::send(int dstRank, uint64_t slot, size_t offset, size_t nbytes) {
+  registry_->Touch(this, dstRank);
+  tcp::UnboundBuffer::send(dstRank, slot, offset, nbytes);
+}
+
+void TrackedUnboundBuffer::recv(int srcRank, uint64_t slot, size_t offset, size_t nbytes) {
+  registry_->Touch(this, srcRank);
+  tcp::UnboundBuffer::recv(srcRank, slot, offset, nbytes);
+}
+
+void TrackedUnboundBuffer::recv(std::vector<int> srcRanks, uint64_t slot, size_t offset,
+                                size_t nbytes) {
+  for (int rank : srcRanks) registry_->Touch(this, rank);
+  tcp::UnboundBuffer::recv(std::move(srcRanks), slot, offset, nbytes);
+}
 
 std::shared_ptr<::gloo::transport::Device> CreateTrackedDevice(
     const tcp::attr& attr, std::shared_ptr<BufferRegistry> registry) {
