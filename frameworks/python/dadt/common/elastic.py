@@ -146,8 +146,9 @@ class State:
         self.__dict__.setdefault("_handlers", {})[name] = handler
 
     def register_reset_callbacks(self, callbacks: List[Callable[[], None]]) -> None:
-        """Callbacks run (in order) after each reset, once the new world is up and synced: for
-        example to scale the learning rate with the new ``size()``."""
+        """Callbacks run (in order) after each reset, once the new world is up (``size()`` and
+        ``rank()`` are the new ones) and before the state is synced from the new rank 0, as in
+        Horovod: for example to scale the learning rate with the new ``size()``."""
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self) -> None:
