@@ -44,6 +44,7 @@ std::string RestText(const FailureOutcome& out) {
 }  // namespace
 
 std::string RoundKey() { return "elastic/round"; }
+std::string RoundFinishedKey(int64_t round) { return "elastic/round/" + std::to_string(round) + "/finished"; }
 std::string AssignKey(int64_t round, const std::string& worker_id) {
   return "elastic/round/" + std::to_string(round) + "/assign/" + worker_id;
 }
@@ -138,7 +139,12 @@ void ElasticDriver::OnExit(Worker* w, int wait_status, Clock::time_point now) {
   if (code == 0) {
     if (round_ > 0 && w->round == round_) {
       w->succeeded = true;
-      if (!finishing_ && options_.verbose) Say(Describe(*w) + " finished; waiting for the rest of round " + std::to_string(round_));
+      if (!finishing_) {
+        if (options_.verbose) Say(Describe(*w) + " finished; waiting for the rest of round " + std::to_string(round_));
+        // A worker of this round still waiting for a new one (its world failed after this exit)
+        // learns that none will come, instead of waiting out its elastic time-out.
+        hooks_.publish(RoundFinishedKey(round_), Describe(*w));
+      }
       finishing_ = true;
       CheckDone();
     } else {

@@ -45,6 +45,7 @@ namespace dadtrun {
 
 // The contract's store keys.
 std::string RoundKey();                                          // "elastic/round"
+std::string RoundFinishedKey(int64_t round);                     // "elastic/round/<r>/finished"
 std::string AssignKey(int64_t round, const std::string& worker_id);  // "elastic/round/<r>/assign/<id>"
 std::string RoundSizeKey(int64_t round);                         // "elastic/round/<r>/size"
 std::string NoticeKey();                                         // "elastic/notice"

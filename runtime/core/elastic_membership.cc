@@ -23,6 +23,10 @@ std::string AssignKey(int64_t round, const std::string& worker_id) {
   return "elastic/round/" + std::to_string(round) + "/assign/" + worker_id;
 }
 
+// Set by the driver once a worker of that round has exited 0: the job is ending, and no later
+// round will be formed.
+std::string FinishedKey(int64_t round) { return "elastic/round/" + std::to_string(round) + "/finished"; }
+
 // `key`'s value if it exists now; "" with *found = false if not.
 StatusOr<std::string> TryGet(KeyValueStore* store, const std::string& key, bool* found) {
   StatusOr<std::string> v = store->Get(key, std::chrono::milliseconds(0));
@@ -99,6 +103,16 @@ StatusOr<ElasticJoin> JoinElasticRound(KeyValueStore* store, const std::string& 
         return ElasticJoin{round, *g, notice_after};
       }
       seen = round;  // spawned for a later round
+    }
+    if (last_round > 0 && round == last_round) {
+      bool finished = false;
+      std::string who;
+      DADT_ASSIGN_OR_RETURN(who, TryGet(store, FinishedKey(last_round), &finished));
+      if (finished) {
+        return PreconditionFailed("no new elastic round will come for worker " + worker_id + ": " + who +
+                                  " of round " + std::to_string(last_round) +
+                                  " finished training, so the job is ending");
+      }
     }
     if (Clock::now() >= deadline) {
       return TimeoutError("elastic worker " + worker_id + " found no round that includes it " +

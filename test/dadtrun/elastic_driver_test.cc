@@ -97,6 +97,7 @@ TEST_F(ElasticDriverTest, PublishesAssignmentsThenSizeThenRoundAndSucceedsWhenAl
   EXPECT_LT(IndexOf(AssignKey(1, "b/0/3")), IndexOf(RoundSizeKey(1)));
   EXPECT_LT(IndexOf(RoundSizeKey(1)), IndexOf(RoundKey()));
   EXPECT_EQ(Get(NoticeKey()), "<unset>");  // the first round is no host update
+  EXPECT_LT(IndexOf(RoundKey()), IndexOf(RoundFinishedKey(1)));
 }
 
 TEST_F(ElasticDriverTest, FailedWorkerIsLeftOutOfTheNextRound) {
@@ -216,6 +217,8 @@ TEST_F(ElasticDriverTest, FailureAfterTheEndBeganFailsTheJobWithItsCode) {
   options_.initial_hosts = {{"a", 1}, {"b", 1}};
   script_ = [](const ElasticWorkerSpec& s) { return AwaitRound(1) + (s.host == "a" ? "exit 0" : "sleep 0.3; exit 7"); };
   EXPECT_EQ(Run(), 7);
+  // The first exit 0 marked the round finished, so that a worker waiting for a new round stops.
+  EXPECT_EQ(Get(RoundFinishedKey(1)), "rank 0 (worker a/0/1)");
 }
 
 }  // namespace

@@ -62,6 +62,30 @@ TEST(JoinElasticRound, JoinsTheFirstRoundAfterTheLastOneThatAssignsThisWorker) {
   EXPECT_EQ(j->geometry.size, 2);
 }
 
+TEST(JoinElasticRound, AFinishedRoundEndsTheWaitAtOnceNamingWhoFinished) {
+  // The worker ran round 1, its world failed, and meanwhile another worker of round 1 exited 0:
+  // the driver marks the round finished and will form no other, so waiting is pointless.
+  rendezvous::InMemoryStore s;
+  Publish(&s, 1, "h/0/1", "0 2 0 1 0 2");
+  std::thread driver([&s] {
+    std::this_thread::sleep_for(milliseconds(50));
+    ASSERT_TRUE(s.Set("elastic/round/1/finished", "rank 1 (worker g/0/2)").ok());
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto j = JoinElasticRound(&s, "h/0/1", 1, milliseconds(30000));
+  driver.join();
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().code(), StatusCode::kPreconditionFailed);
+  EXPECT_NE(j.status().message().find("rank 1 (worker g/0/2) of round 1 finished training"), std::string::npos)
+      << j.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(5000));
+  // A finished mark on an older round does not stop a worker waiting for a newer one.
+  Publish(&s, 2, "h/0/1", "0 1 0 1 0 1");
+  j = JoinElasticRound(&s, "h/0/1", 1, milliseconds(1000));
+  ASSERT_TRUE(j.ok()) << j.status().message();
+  EXPECT_EQ(j->round, 2);
+}
+
 TEST(JoinElasticRound, RemovedIsItsOwnError) {
   rendezvous::InMemoryStore s;
   Publish(&s, 2, "h/0/1", "removed");
