@@ -1,8 +1,8 @@
 """The end of an elastic job under the real launcher: rank 0 exits 0 (training done) while rank 1's
 next collective fails because of that exit. No new round will come, and rank 1 must learn so at
 once (the driver marks the round finished) instead of waiting out --elastic-timeout (40 s here,
-which the job would take without the mark); the job then
-ends non-zero with a message naming both. About 5 s."""
+which the job would take without the mark); the job then ends non-zero with a message naming
+both. About 5 s."""
 import os
 import shutil
 import subprocess
