@@ -46,6 +46,19 @@ def multi_rank(fw):
 
 
 @pytest.fixture
+def halves(fw, world):
+    """The even and the odd ranks as two process sets at once; yields this rank's."""
+    if world.size < 2:
+        pytest.skip("two process sets need 2 ranks")
+    dadt = fw.dadt
+    even = dadt.add_process_set([r for r in range(world.size) if r % 2 == 0])
+    odd = dadt.add_process_set([r for r in range(world.size) if r % 2 == 1])
+    yield even if world.rank % 2 == 0 else odd
+    dadt.remove_process_set(odd)
+    dadt.remove_process_set(even)
+
+
+@pytest.fixture
 def nm(request):
     """nm("x") -> a collective name unique to this test, the same on every rank."""
     prefix = f"{request.module.__name__}.{request.node.name}"

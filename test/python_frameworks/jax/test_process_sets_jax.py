@@ -8,17 +8,6 @@ import pytest
 import dadt.jax as dadt
 
 
-@pytest.fixture
-def halves(world):
-    if world.size < 2:
-        pytest.skip("two process sets need 2 ranks")
-    even = dadt.add_process_set([r for r in range(world.size) if r % 2 == 0])
-    odd = dadt.add_process_set([r for r in range(world.size) if r % 2 == 1])
-    yield even if world.rank % 2 == 0 else odd
-    dadt.remove_process_set(odd)
-    dadt.remove_process_set(even)
-
-
 def test_allreduce_and_allgather_on_a_set(world, nm, halves):
     x = jnp.full((3,), float(world.rank))
     out = dadt.allreduce(x, name=nm("x"), op=dadt.Sum, process_set=halves)

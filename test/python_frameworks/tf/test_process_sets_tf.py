@@ -10,17 +10,6 @@ import dadt.keras as dkeras
 import dadt.tensorflow as dadt
 
 
-@pytest.fixture
-def halves(world):
-    if world.size < 2:
-        pytest.skip("two process sets need 2 ranks")
-    even = dadt.add_process_set([r for r in range(world.size) if r % 2 == 0])
-    odd = dadt.add_process_set([r for r in range(world.size) if r % 2 == 1])
-    yield even if world.rank % 2 == 0 else odd
-    dadt.remove_process_set(odd)
-    dadt.remove_process_set(even)
-
-
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf.function"])
 def test_allreduce_on_a_set(world, nm, halves, compiled):
     def fn():
