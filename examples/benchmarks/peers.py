@@ -8,7 +8,9 @@ sync, async and dear modes, on the same model, data and optimizer, over several 
 
 Every contender runs in its own launch; one round launches each contender once, in an order rotated
 from round to round, so that a slow spell of the machine hits every contender alike. A launch warms
-up, then times --chunks chunks of --steps steps; its figure is the median samples/s of its chunks.
+up, then times --chunks consecutive chunks of --steps steps, with no pause between them (so that
+async's and dear's pipelines stay full, as in training); its figure is the median samples/s of its
+chunks.
 The table gives, per shape and contender, the median over rounds, the spread (min .. max), and the
 median over rounds of the ratio to DDP's launch in the same round.
 
@@ -172,14 +174,19 @@ def worker(args):
 
     steps(args.warmup_steps)
     drain()
+    barrier()
+    steps(1)  # steady state: async's allreduce of this step is in flight when timing starts
+    # The chunks follow each other with no pause, as training's steps do: a drain between them
+    # would end each chunk with the next step's collectives already using the link but not counted
+    # (async and dear keep one step in flight), which cost async ~5% in 5-step chunks.
     chunks = []
+    t0 = time.perf_counter()
     for _ in range(args.chunks):
-        barrier()
-        steps(1)  # steady state: async's allreduce of this step is in flight when timing starts
-        t0 = time.perf_counter()
         steps(args.steps)
-        chunks.append(size * batch * args.steps / (time.perf_counter() - t0))
-        drain()
+        t1 = time.perf_counter()
+        chunks.append(size * batch * args.steps / (t1 - t0))
+        t0 = t1
+    drain()
     if rank == 0:
         print("RESULT " + json.dumps(dict(extra, samples_per_sec=chunks, size=size)), flush=True)
     finish()
