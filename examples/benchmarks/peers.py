@@ -12,7 +12,10 @@ up, then times --chunks consecutive chunks of --steps steps, with no pause betwe
 async's and dear's pipelines stay full, as in training); its figure is the median samples/s of its
 chunks.
 The table gives, per shape and contender, the median over rounds, the spread (min .. max), and the
-median over rounds of the ratio to DDP's launch in the same round.
+median over rounds of the ratios to DDP's and Horovod's launches in the same round (an -fp16 row
+against ddp-fp16 and horovod-fp16). Under each shape's header, how far any synchronous step could
+lead Horovod: Horovod's step over W, since no step that waits for every gradient is shorter than W.
+--from-json re-prints the tables of a run saved with --json.
 
 Shapes (MLPs on synthetic data, SGD with momentum; --shapes picks some):
   compute   2 x 512 wide, batch 1024 per rank: computation dominates, gradients are 2 MB;
@@ -76,6 +79,7 @@ def parse_args(argv=None):
                    help="the interface between the hosts, for both launchers (e.g. dadt0 on the namespace hosts)")
     p.add_argument("--link-mb-per-s", type=float, default=None, help="the link's measured rate, for the header")
     p.add_argument("--json", metavar="FILE", help="also write every launch's figures as JSON")
+    p.add_argument("--from-json", metavar="FILE", help="print the tables of a run saved with --json; launch nothing")
     # worker
     p.add_argument("--worker", choices=["ddp", "ddp-fp16", "horovod", "horovod-fp16", "sync", "sync-fp16",
                                         "async", "dear"], help=argparse.SUPPRESS)
@@ -283,20 +287,53 @@ def report(args, shape, names, runs):
             t_sync = args.np * batch / statistics.median(per["sync"])  # one step, in seconds
             bounds = {"sync": t_sync / (f + max(b, w)), "async": t_sync / max(f + b, w),
                       "dear": t_sync / (max(f, w / 2) + max(b, w / 2))}
-    print("\n| contender | samples/s (median) | min .. max | vs ddp (median, min .. max) | vs sync | "
-          "bound vs sync |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        if "horovod" in per:
+            # A synchronous step moves every gradient once before the next forward can read it:
+            # no sync-mode step is shorter than W, so none can lead Horovod by more than this.
+            t_hvd = args.np * batch / statistics.median(per["horovod"])
+            print("Horovod's step %.1f ms: a synchronous step, never shorter than W, can lead it by "
+                  "%.2fx at most" % (1e3 * t_hvd, t_hvd / w))
+    print("\n| contender | samples/s (median) | min .. max | vs ddp (median, min .. max) | "
+          "vs horovod (median, min .. max) | vs sync | bound vs sync |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for c in names:
-        vs_ddp = [a / d for a, d in zip(per[c], per["ddp"])]
         vs_sync = ("%.2fx" % statistics.median(a / s for a, s in zip(per[c], per["sync"]))) if "sync" in per else "-"
         bound = ("%.2fx" % bounds[c]) if c in bounds else "-"
-        print("| %s | %.1f | %s | %.2fx (%.2f .. %.2f) | %s | %s |" % (
-            c, statistics.median(per[c]), spread(per[c]), statistics.median(vs_ddp), min(vs_ddp), max(vs_ddp),
-            vs_sync, bound))
+        # An fp16 row against the peers' fp16 rows: each compressed contender against its like.
+        ddp, hvd = ("ddp-fp16", "horovod-fp16") if c.endswith("-fp16") else ("ddp", "horovod")
+        print("| %s | %.1f | %s | %s | %s | %s | %s |" % (
+            c, statistics.median(per[c]), spread(per[c]), ratio(per[c], per[ddp]) if ddp in per else "-",
+            ratio(per[c], per[hvd]) if hvd in per else "-", vs_sync, bound))
     return per
 
 
+def ratio(mine, theirs):
+    """The median over rounds of mine / theirs (each round's launches), with the spread."""
+    r = [a / b for a, b in zip(mine, theirs)]
+    return "%.2fx (%.2f .. %.2f)" % (statistics.median(r), min(r), max(r))
+
+
+def from_json(args):
+    """Prints the tables of a run saved with --json again (e.g. after a change to the report)."""
+    try:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        if not isinstance(saved, dict) or not {"args", "runs"} <= set(saved):
+            raise ValueError("no 'args' and 'runs' at the top")
+    except (OSError, ValueError) as e:
+        sys.exit("peers: cannot read the run saved in %s (%s: %s); --from-json takes a file written by "
+                 "--json" % (args.from_json, type(e).__name__, e))
+    for key in ("np", "link_mb_per_s"):
+        setattr(args, key, saved["args"].get(key))
+    for shape, runs in saved["runs"].items():
+        names = [c for c in runs[0] if all(c in r for r in runs)]
+        names.sort(key=lambda c: (c.endswith("-fp16"), ["ddp", "horovod", *DADT_MODES].index(c.split("-")[0])))
+        report(args, shape, names, runs)
+
+
 def driver(args):
+    if args.from_json:
+        return from_json(args)
     names = contenders(args)
     shapes = [s for s in args.shapes.split(",") if s]
     for s in shapes:
