@@ -11,7 +11,7 @@
 //                  fused by the core first. float32 Sum uses gloo::sum<float>, exactly what raw
 //                  Gloo uses; every other dtype/op reduces with dadt::ReduceBinary.
 //   Allgatherv     dadt's ring over Gloo's pairs (ring.h): n-1 steps, each rank forwards one block
-//                  per step in segments (DADT_GLOO_SEGMENT_BYTES; default 2 MiB across hosts,
+//                  per step in segments (DADT_GLOO_SEGMENT_BYTES; default 512 KiB across hosts,
 //                  whole blocks when every rank is on this host), two in flight, each clocked
 //                  by the segment received before it.
 //   Broadcast      Gloo's binomial tree from `root` (ceil(log2 n) steps, whole buffer per step).

@@ -50,11 +50,12 @@ namespace backends {
 namespace gloo {
 namespace internal {
 
-// 2 MiB segments, two in flight: twice what Gloo's allreduce ring uses. Training with
-// mode="dear" over a 1 Gbit/s link ran faster with 2 MiB than with 1 MiB (1.10x sync against
-// 1.05x, medians of three launches each: a 4 MiB bucket's 2 MiB blocks then cross as one message
-// each), while 11-44 MB tensors alone lost 3-5% (docs/performance.md).
-constexpr int64_t kDefaultSegmentBytes = int64_t{2} << 20;
+// 512 KiB segments, two in flight. On a 1 Gbit/s link (tbf, 256 KB burst), 2 MiB segments left
+// all-gathers and reduce-scatters of 4-44 MB at 108-116 MB/s and 512 KiB (or 256 KiB) moved them
+// at 117-120 MB/s; mode="dear" on a 9.4 MB-per-layer MLP then took 266 ms a step against 286 ms
+// (1 MiB: 278 ms), and on the 10 Gbit/s link and smaller layers it was level or faster
+// (docs/performance.md, "Segment size of the rings").
+constexpr int64_t kDefaultSegmentBytes = int64_t{512} << 10;
 // Each block as one segment.
 constexpr int64_t kWholeBlocks = int64_t{1} << 62;
 constexpr int kDefaultWindow = 2;
