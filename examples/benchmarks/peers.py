@@ -117,6 +117,19 @@ def phase_times(torch, model, x, y, reps=5):
     return statistics.median(fwd[1:]), statistics.median(bwd[1:])
 
 
+def whole_allreduce_s(torch, dadt, model, name="peers.W"):
+    """W: the median time of one allreduce of every gradient of `model`, as one tensor, through
+    dadt (5 timed after one warm-up, each started together by a barrier)."""
+    grads = torch.zeros(sum(p.numel() for p in model.parameters()))
+    walls = []
+    for _ in range(6):
+        dadt.barrier()
+        t0 = time.perf_counter()
+        dadt.allreduce_(grads, name=name)
+        walls.append(time.perf_counter() - t0)
+    return statistics.median(walls[1:])
+
+
 def worker(args):
     import torch
     import torch.nn.functional as F
@@ -153,14 +166,7 @@ def worker(args):
         x = torch.randn(batch, INPUT_DIM, generator=g)
         y = torch.randint(0, 10, (batch,), generator=g)
         extra["forward_s"], extra["backward_s"] = phase_times(torch, model, x, y)
-        grads = torch.zeros(sum(p.numel() for p in model.parameters()))
-        walls = []
-        for _ in range(6):  # W: one allreduce of every gradient, as one tensor
-            barrier()
-            t0 = time.perf_counter()
-            dadt.allreduce_(grads, name="peers.W")
-            walls.append(time.perf_counter() - t0)
-        extra["allreduce_s"] = statistics.median(walls[1:])
+        extra["allreduce_s"] = whole_allreduce_s(torch, dadt, model)
         dadt.broadcast_parameters(model.state_dict(), root_rank=0)
         opt = dadt.DistributedOptimizer(sgd, named_parameters=model.named_parameters(), mode=mode, model=model,
                                         compression=comp, bucket_bytes=int(args.fusion_threshold_mb * MiB))
