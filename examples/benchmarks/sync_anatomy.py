@@ -7,8 +7,8 @@ allreduce of all gradients as one tensor (docs/performance.md, "Where the target
 
 A plain script: it starts itself under `dadtrun --gloo` with rank 0 writing a timeline, trains
 peers.py's model of --shape in mode="sync" for --steps steps, and matches each step's
-`model(x)` / `backward()` / `step()` times with the timeline's GLOO_ALLREDUCE spans of the
-gradients of at least --large-elements elements (the small ones, biases and the output layer, go
+`model(x)` / `backward()` / `step()` times with the timeline's GLOO_ALLREDUCE spans (read by
+dadt.timeline) of the gradients of at least --large-elements elements (the small ones, biases and the output layer, go
 out at once and do not hold the link). Prints the medians over the steps after --warmup (min .. max).
 """
 import argparse
@@ -36,6 +36,7 @@ def parse_args(argv=None):
     p.add_argument("--dadtrun", default=None)
     p.add_argument("--dadtrun-args", default="", help="extra dadtrun arguments, e.g. '-H a:1,b:1'")
     p.add_argument("--worker", metavar="DIR", help=argparse.SUPPRESS)
+    p.add_argument("--timeline", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -62,32 +63,29 @@ def worker(args):
         loss.backward()
         opt.step()
         steps.append((a, b, now()))
-    if dadt.rank() == 0:
-        with open(os.path.join(args.worker, "steps.json"), "w") as f:
-            json.dump({"steps": steps, "w": w}, f)
-    dadt.shutdown()
+    large = {"grad." + n for n, p in model.named_parameters() if p.numel() >= args.large_elements}
+    rank = dadt.rank()
+    dadt.shutdown()  # rank 0's timeline is complete from here on
+    if rank == 0:
+        with open(os.path.join(args.worker, "phases.json"), "w") as f:
+            json.dump({"rows": phases(steps, args.timeline, large, args.warmup), "w": w}, f)
 
 
-def large_spans(trace, large):
-    """(begin, end) of every GLOO_ALLREDUCE of a tensor of at least `large` elements, in us."""
-    events = trace if isinstance(trace, list) else trace["traceEvents"]
-    big = set()
-    for e in events:
-        shape = e.get("args", {}).get("shape") if e.get("name") == "ALLREDUCE" else None
-        if shape is not None:
-            n = 1
-            for d in shape:
-                n *= d
-            if n >= large:
-                big.add(e["pid"])
-    spans, begun = [], {}
-    for e in events:
-        if e.get("name") == "GLOO_ALLREDUCE" and e.get("pid") in big:
-            if e["ph"] == "B":
-                begun[e["pid"]] = e["ts"]
-            elif e["ph"] == "E" and e["pid"] in begun:
-                spans.append((begun.pop(e["pid"]), e["ts"]))
-    return spans
+def phases(steps, timeline, large, warmup):
+    """Per step after `warmup`: (forward, backward start -> first large allreduce, first large
+    allreduce -> last one done, last done -> step end, step), in ms. `large`: the timeline rows
+    (grad.<parameter name>) of the large gradients."""
+    from dadt.timeline.trace import load_trace
+    spans = [(s.start_us, s.end_us) for s in load_trace(timeline).spans
+             if s.phase == "GLOO_ALLREDUCE" and s.tensor in large]
+    rows = []
+    for a, b, end in steps[warmup:]:
+        mine = [sp for sp in spans if a <= sp[0] <= end]
+        if mine:
+            first, last = min(sp[0] for sp in mine), max(sp[1] for sp in mine)
+            rows.append(((b - a) / 1e3, (first - b) / 1e3, (last - first) / 1e3, (end - last) / 1e3,
+                         (end - a) / 1e3))
+    return rows
 
 
 def driver(args):
@@ -98,23 +96,16 @@ def driver(args):
         trace = os.path.join(tmp, "timeline.json")
         cmd = [dadtrun, "--gloo", "-np", str(args.np), "--fusion-threshold-mb", str(args.fusion_threshold_mb),
                "--timeline-filename", trace, *args.dadtrun_args.split(), sys.executable,
-               os.path.abspath(__file__), "--worker", tmp, "--shape", args.shape, "--steps", str(args.steps)]
+               os.path.abspath(__file__), "--worker", tmp, "--timeline", trace, "--shape", args.shape,
+               "--steps", str(args.steps), "--warmup", str(args.warmup), "--large-elements", str(args.large_elements)]
         print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
         proc = subprocess.run(cmd, env=worker_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)
         if proc.returncode != 0:
             sys.exit("sync_anatomy: the job failed (exit %d):\n%s" % (proc.returncode, proc.stdout[-3000:]))
-        with open(os.path.join(tmp, "steps.json")) as f:
+        with open(os.path.join(tmp, "phases.json")) as f:
             run = json.load(f)
-        with open(trace) as f:
-            spans = large_spans(json.load(f), args.large_elements)
-    rows = []
-    for a, b, end in run["steps"][args.warmup:]:
-        mine = [s for s in spans if a <= s[0] <= end]
-        if not mine:
-            continue
-        first, last = min(s[0] for s in mine), max(s[1] for s in mine)
-        rows.append(((b - a) / 1e3, (first - b) / 1e3, (last - first) / 1e3, (end - last) / 1e3, (end - a) / 1e3))
+    rows = run["rows"]
     if not rows:
         sys.exit("sync_anatomy: no allreduce of %d elements or more in the timeline (--large-elements)"
                  % args.large_elements)
@@ -130,6 +121,8 @@ def driver(args):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     parsed = parse_args()
-    worker(parsed) if parsed.worker else driver(parsed)
+    if parsed.worker:
+        worker(parsed)
+    else:
+        driver(parsed)
