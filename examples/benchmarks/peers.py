@@ -14,20 +14,25 @@ chunks.
 The table gives, per shape and contender, the median over rounds, the spread (min .. max), and the
 median over rounds of the ratios to DDP's and Horovod's launches in the same round (an -fp16 row
 against ddp-fp16 and horovod-fp16). Under each shape's header, how far any synchronous step could
-lead Horovod: Horovod's step over W, since no step that waits for every gradient is shorter than W.
+lead Horovod: Horovod's step over the synchronous floor below.
 --from-json re-prints the tables of a run saved with --json.
 
 Shapes (MLPs on synthetic data, SGD with momentum; --shapes picks some):
   compute   2 x 512 wide, batch 1024 per rank: computation dominates, gradients are 2 MB;
   balanced  4 x 1024 wide, batch 256 per rank: computation about equals the allreduce on one host;
-  comm      4 x 1536 wide, batch 64 per rank (9.5M parameters, 38 MB of gradients): the wire dominates.
+  comm      4 x 1536 wide, batch 64 per rank (7.5M parameters, 30 MB of gradients): the wire dominates.
 Each shape's header prints what the launches measured of it: forward and backward time of one step
-on one rank (F, B) and the time of one allreduce of all its gradients through dadt (W). From these,
-the overlap bound of the modes that hide communication behind computation:
-  sync cannot do better than F + max(B, W) (buckets overlap the backward pass at best);
+on one rank (F, B), when backward makes each gradient, and the time of one allreduce of all the
+gradients through dadt (W). From these, the overlap bound of each mode, its shortest possible step:
+  sync: F + max(B, E), where E is when the wire's last byte can be through at the earliest, each
+    gradient leaving once backward has made it, and it and those after it taking their share of W
+    (the next forward needs every reduced gradient);
   async hides the allreduce of step t behind step t+1: max(F + B, W);
-  dear hides the reduce-scatter half behind backward and the all-gather half behind the next forward:
-  max(F, W/2) + max(B, W/2).
+  dear hides the reduce-scatter half behind backward and the all-gather half behind the next
+    forward, max(F, W/2) + max(B, W/2), but not the chain C between them: after a step's last
+    all-gather (the last bucket in layer order, by dadt's own plan) come that bucket's update, the
+    forward from its first layer on and the backward down to the first bucket it fills, before the
+    next reduce-scatter can start. So also W + C.
 'bound vs sync' is the measured sync step time over that bound: the speed-up each mode could reach.
 
 Contenders: ddp (DistributedDataParallel, gloo, bucket_cap_mb = dadt's fusion threshold), horovod
@@ -101,20 +106,56 @@ def build(torch, shape):
     return nn.Sequential(*mods, nn.Linear(dim, 10)), batch
 
 
-def phase_times(torch, model, x, y, reps=5):
-    """Median forward and backward time of one step on this rank, no communication."""
+def phase_times(torch, model, x, y, bucket_bytes, reps=5):
+    """One rank's computation of a step, no communication; medians of `reps` after a warm-up.
+    forward_s and backward_s (the loss counts as forward); grad_ready: [seconds into backward,
+    bytes] of every gradient, in the order backward produces them; dear_chain_s: what dear must
+    compute between the last all-gather of a step and the first reduce-scatter of the next,
+    with dadt's own bucket plan (see the module's doc)."""
     import torch.nn.functional as F
-    fwd, bwd = [], []
+    from dadt.torch.training_modes.buckets import layer_order, plan_buckets
+    params = layer_order(list(model.parameters()), model)
+    buckets = plan_buckets(params, bucket_bytes, large_alone=True)  # as dear plans them
+    bucket_of = {id(p): i for i, b in enumerate(buckets) for p in b}
+    last = {id(p) for p in buckets[-1]}  # gathered last, as the next forward reaches it
+    stamps, entered = {}, []
+
+    def made(p):
+        stamps.setdefault(id(p), time.perf_counter())
+
+    hooks = [p.register_post_accumulate_grad_hook(made) for p in params]
+    hooks += [m.register_forward_pre_hook(lambda *_: entered.append(time.perf_counter()))
+              for m in model.modules() if any(id(p) in last for p in m.parameters(recurse=False))]
+    update = torch.optim.SGD(buckets[-1], lr=1e-3, momentum=0.9)  # the last bucket's update alone
+    fwd, bwd, ready, chain = [], [], [], []
     for _ in range(reps + 1):
         model.zero_grad()
+        stamps.clear()
+        entered.clear()
         t0 = time.perf_counter()
         loss = F.cross_entropy(model(x), y)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
+        update.step()
+        t3 = time.perf_counter()
+        order = sorted(params, key=lambda p: stamps[id(p)])
+        left = [len(b) for b in buckets]
+        for p in order:  # the first bucket to fill, whose reduce-scatter could start first
+            left[bucket_of[id(p)]] -= 1
+            if not left[bucket_of[id(p)]]:
+                first_full = stamps[id(p)] - t1
+                break
         fwd.append(t1 - t0)
         bwd.append(t2 - t1)
-    return statistics.median(fwd[1:]), statistics.median(bwd[1:])
+        ready.append([stamps[id(p)] - t1 for p in params])
+        chain.append((t1 - min(entered)) + first_full + (t3 - t2))
+    for h in hooks:
+        h.remove()
+    med = statistics.median
+    ready = sorted([med(r[i] for r in ready[1:]), p.numel() * p.element_size()] for i, p in enumerate(params))
+    return {"forward_s": med(fwd[1:]), "backward_s": med(bwd[1:]), "dear_chain_s": med(chain[1:]),
+            "grad_ready": ready}
 
 
 def whole_allreduce_s(torch, dadt, model, name="peers.W"):
@@ -165,7 +206,7 @@ def worker(args):
         g = torch.Generator().manual_seed(rank)
         x = torch.randn(batch, INPUT_DIM, generator=g)
         y = torch.randint(0, 10, (batch,), generator=g)
-        extra["forward_s"], extra["backward_s"] = phase_times(torch, model, x, y)
+        extra.update(phase_times(torch, model, x, y, int(args.fusion_threshold_mb * MiB)))
         extra["allreduce_s"] = whole_allreduce_s(torch, dadt, model)
         dadt.broadcast_parameters(model.state_dict(), root_rank=0)
         opt = dadt.DistributedOptimizer(sgd, named_parameters=model.named_parameters(), mode=mode, model=model,
@@ -280,25 +321,30 @@ def report(args, shape, names, runs):
           % (shape, layers, width, batch, params / 1e6, params * 4 / 1e6, args.np))
     bounds = {}
     if dadt_runs:
-        f = statistics.median(d["forward_s"] for d in dadt_runs)
-        b = statistics.median(d["backward_s"] for d in dadt_runs)
-        w = statistics.median(d["allreduce_s"] for d in dadt_runs)
+        med = statistics.median
+        f, b, w = (med(d[k] for d in dadt_runs) for k in ("forward_s", "backward_s", "allreduce_s"))
         print("F (forward) %.1f ms, B (backward) %.1f ms, W (one allreduce of all gradients) %.1f ms"
               % (1e3 * f, 1e3 * b, 1e3 * w))
         if args.link_mb_per_s:
             wire = 2 * (args.np - 1) / args.np * params * 4 / (args.link_mb_per_s * 1e6)
             print("a ring allreduce of the gradients at %.0f MB/s takes %.1f ms on the wire"
                   % (args.link_mb_per_s, 1e3 * wire))
+        floor = f + max(b, comm_end(dadt_runs, w))
+        recorded = all("dear_chain_s" in d for d in dadt_runs)  # not in runs saved before it was
+        chain = med(d["dear_chain_s"] for d in dadt_runs) if recorded else 0.0
+        print("no synchronous step is shorter than %.1f ms (F, then the wire's last byte: a gradient "
+              "cannot leave before backward makes it); dear's chain between a step's last all-gather "
+              "and the next step's first reduce-scatter: %s" % (1e3 * floor, "%.1f ms" % (1e3 * chain)
+                                                                 if recorded else "not recorded"))
         if "sync" in per:
-            t_sync = args.np * batch / statistics.median(per["sync"])  # one step, in seconds
-            bounds = {"sync": t_sync / (f + max(b, w)), "async": t_sync / max(f + b, w),
-                      "dear": t_sync / (max(f, w / 2) + max(b, w / 2))}
+            t_sync = args.np * batch / med(per["sync"])  # one step, in seconds
+            bounds = {"sync": t_sync / floor, "async": t_sync / max(f + b, w),
+                      "dear": t_sync / max(max(f, w / 2) + max(b, w / 2), w + chain)}
         if "horovod" in per:
-            # A synchronous step moves every gradient once before the next forward can read it:
-            # no sync-mode step is shorter than W, so none can lead Horovod by more than this.
-            t_hvd = args.np * batch / statistics.median(per["horovod"])
-            print("Horovod's step %.1f ms: a synchronous step, never shorter than W, can lead it by "
-                  "%.2fx at most" % (1e3 * t_hvd, t_hvd / w))
+            # Horovod's step is synchronous too: no sync-mode step can lead it by more than this.
+            t_hvd = args.np * batch / med(per["horovod"])
+            print("Horovod's step %.1f ms: a synchronous step can lead it by %.2fx at most"
+                  % (1e3 * t_hvd, t_hvd / floor))
     print("\n| contender | samples/s (median) | min .. max | vs ddp (median, min .. max) | "
           "vs horovod (median, min .. max) | vs sync | bound vs sync |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -311,6 +357,21 @@ def report(args, shape, names, runs):
             c, statistics.median(per[c]), spread(per[c]), ratio(per[c], per[ddp]) if ddp in per else "-",
             ratio(per[c], per[hvd]) if hvd in per else "-", vs_sync, bound))
     return per
+
+
+def comm_end(dadt_runs, w):
+    """When, into backward, the last byte of a step's gradients can be through the wire at the
+    earliest: each gradient leaves once backward has made it, and it and every gradient made
+    after it take their share of W. Runs saved before the gradients' times were recorded count
+    every gradient as ready at once (W)."""
+    ready = [d.get("grad_ready", [[0.0, 1]]) for d in dadt_runs]
+    times = [statistics.median(r[i][0] for r in ready) for i in range(len(ready[0]))]
+    sizes = [n for _, n in ready[0]]
+    end, left = 0.0, sum(sizes)
+    for t, n in zip(times, sizes):
+        end = max(end, t + w * left / sum(sizes))
+        left -= n
+    return end
 
 
 def ratio(mine, theirs):
