@@ -106,16 +106,17 @@ def build(torch, shape):
     return nn.Sequential(*mods, nn.Linear(dim, 10)), batch
 
 
-def phase_times(torch, model, x, y, bucket_bytes, reps=5):
+def phase_times(torch, model, x, y, reps=5):
     """One rank's computation of a step, no communication; medians of `reps` after a warm-up.
     forward_s and backward_s (the loss counts as forward); grad_ready: [seconds into backward,
     bytes] of every gradient, in the order backward produces them; dear_chain_s: what dear must
     compute between the last all-gather of a step and the first reduce-scatter of the next,
     with dadt's own bucket plan (see the module's doc)."""
     import torch.nn.functional as F
-    from dadt.torch.training_modes.buckets import layer_order, plan_buckets
+    from dadt.torch.training_modes import DearEngine, layer_order, plan_buckets
     params = layer_order(list(model.parameters()), model)
-    buckets = plan_buckets(params, bucket_bytes, large_alone=True)  # as dear plans them
+    # dear's own plan, at its own default size
+    buckets = plan_buckets(params, DearEngine.default_bucket_bytes(params, model), large_alone=True)
     bucket_of = {id(p): i for i, b in enumerate(buckets) for p in b}
     last = {id(p) for p in buckets[-1]}  # gathered last, as the next forward reaches it
     stamps, entered = {}, []
@@ -206,11 +207,12 @@ def worker(args):
         g = torch.Generator().manual_seed(rank)
         x = torch.randn(batch, INPUT_DIM, generator=g)
         y = torch.randint(0, 10, (batch,), generator=g)
-        extra.update(phase_times(torch, model, x, y, int(args.fusion_threshold_mb * MiB)))
+        extra.update(phase_times(torch, model, x, y))
         extra["allreduce_s"] = whole_allreduce_s(torch, dadt, model)
         dadt.broadcast_parameters(model.state_dict(), root_rank=0)
+        # Buckets: dadt's default (the fusion threshold dadtrun passes; dear's rule across hosts).
         opt = dadt.DistributedOptimizer(sgd, named_parameters=model.named_parameters(), mode=mode, model=model,
-                                        compression=comp, bucket_bytes=int(args.fusion_threshold_mb * MiB))
+                                        compression=comp)
         drain = getattr(opt, "flush", lambda: None)
         finish = dadt.shutdown
     g = torch.Generator().manual_seed(rank)

@@ -207,7 +207,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                pre-hooks apply the deferred updates); in mode="async" it sets the layer order.
         bucket_bytes: Bucket size of mode="async" and mode="dear", in bytes. Default: the fusion
                       threshold (``DADT_FUSION_THRESHOLD``, ``dadtrun --fusion-threshold-mb``), or
-                      25 MiB when none is set; 0 puts every parameter in its own bucket. A
+                      25 MiB when none is set; in mode="dear" across hosts, at most a quarter of
+                      the gradients' bytes (at least 256 KiB; not in elastic jobs); 0 puts every
+                      parameter in its own bucket. A
                       parameter of bucket_bytes or more is reduced in its own gradient tensor,
                       which then belongs to dadt until its update is applied
                       (docs/training-modes.md).

@@ -10,7 +10,8 @@ mode-dependent decision; an engine sees the optimizer only through an EngineHost
     bucket_engine.py  BucketEngine: the buckets and gradient hooks async and dear share
     async_mode.py     AsyncEngine: step t applies step t-1's average
     dear.py           DearEngine: reduce-scatter in backward, all-gather before the next forward
-    buckets.py        plan_buckets, Bucket, layer_order, default_bucket_bytes, shard_rows
+    buckets.py        plan_buckets, Bucket, layer_order, default_bucket_bytes, dear_bucket_bytes,
+                      shard_rows
 """
 
 from dadt.torch.training_modes.async_mode import AsyncEngine
