@@ -18,7 +18,7 @@ lead Horovod: Horovod's step over the synchronous floor below.
 --from-json re-prints the tables of a run saved with --json.
 
 Shapes (MLPs on synthetic data, SGD with momentum; --shapes picks some):
-  compute   2 x 512 wide, batch 1024 per rank: computation dominates, gradients are 2 MB;
+  compute   2 x 512 wide, batch 1024 per rank: computation dominates, gradients are 1.6 MB;
   balanced  4 x 1024 wide, batch 256 per rank: computation about equals the allreduce on one host;
   comm      4 x 1536 wide, batch 64 per rank (7.5M parameters, 30 MB of gradients): the wire dominates.
 Each shape's header prints what the launches measured of it: forward and backward time of one step

@@ -20,14 +20,15 @@ def default_bucket_bytes() -> int:
     return bytes_ if is_set else DEFAULT_BUCKET_BYTES
 
 
-# Across hosts, dear cuts a model into at least this many buckets (none below the floor).
-DEAR_MIN_BUCKETS = 4
+# Across hosts, dear's buckets hold at most 1/DEAR_BUCKETS_PER_MODEL of a model's gradient bytes
+# (a larger parameter is still one bucket of its own), and no less than the floor.
+DEAR_BUCKETS_PER_MODEL = 4
 DEAR_MIN_BUCKET_BYTES = 256 * 1024
 
 
 def dear_bucket_bytes(configured: int, gradient_bytes: int, spans_hosts: bool) -> int:
     """dear's bucket size when bucket_bytes is not given: the configured size (the fusion
-    threshold, or 25 MiB), but in a job across hosts at most 1/DEAR_MIN_BUCKETS of the model's
+    threshold, or 25 MiB), but in a job across hosts at most 1/DEAR_BUCKETS_PER_MODEL of the model's
     gradient bytes and no less than DEAR_MIN_BUCKET_BYTES. Between a step's last all-gather and
     the next step's first reduce-scatter dear computes the last bucket's update, the forward from
     its first layer on and the backward down to the first full bucket; a model in one bucket makes
@@ -36,7 +37,7 @@ def dear_bucket_bytes(configured: int, gradient_bytes: int, spans_hosts: bool) -
     (docs/training-modes.md, "dear")."""
     if not spans_hosts or configured == 0:
         return configured
-    return min(configured, max(gradient_bytes // DEAR_MIN_BUCKETS, DEAR_MIN_BUCKET_BYTES))
+    return min(configured, max(gradient_bytes // DEAR_BUCKETS_PER_MODEL, DEAR_MIN_BUCKET_BYTES))
 
 
 def shard_rows(rows: int, size: int, rank: int):
