@@ -116,7 +116,7 @@ def phase_times(torch, model, x, y, reps=5):
     from dadt.torch.training_modes import DearEngine, layer_order, plan_buckets
     params = layer_order(list(model.parameters()), model)
     # dear's own plan, at its own default size
-    buckets = plan_buckets(params, DearEngine.default_bucket_bytes(params, model), large_alone=True)
+    buckets = plan_buckets(params, DearEngine.planned_bucket_bytes(params), large_alone=True)
     bucket_of = {id(p): i for i, b in enumerate(buckets) for p in b}
     last = {id(p) for p in buckets[-1]}  # gathered last, as the next forward reaches it
     stamps, entered = {}, []
@@ -369,9 +369,10 @@ def comm_end(dadt_runs, w):
     ready = [d.get("grad_ready", [[0.0, 1]]) for d in dadt_runs]
     times = [statistics.median(r[i][0] for r in ready) for i in range(len(ready[0]))]
     sizes = [n for _, n in ready[0]]
-    end, left = 0.0, sum(sizes)
+    end, total = 0.0, sum(sizes)
+    left = total
     for t, n in zip(times, sizes):
-        end = max(end, t + w * left / sum(sizes))
+        end = max(end, t + w * left / total)
         left -= n
     return end
 

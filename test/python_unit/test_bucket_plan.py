@@ -69,9 +69,9 @@ def test_dear_default_bucket_size_follows_the_job_not_the_rank(monkeypatch):
     # 2 ranks on one host and 1 on another: every rank, whatever its local size, cuts finer.
     for local in (1, 2):
         monkeypatch.setattr(dear, "local_size", lambda: local)
-        assert dear.DearEngine.default_bucket_bytes(params, model) == nbytes // 4
+        assert dear.DearEngine.planned_bucket_bytes(params) == nbytes // 4
     monkeypatch.setattr(dear, "local_size", lambda: 3)  # one host
-    assert dear.DearEngine.default_bucket_bytes(params, model) == 4 * 1024 * 1024
+    assert dear.DearEngine.planned_bucket_bytes(params) == 4 * 1024 * 1024
     monkeypatch.setattr(dear, "local_size", lambda: 1)
     monkeypatch.setenv("DADT_ELASTIC", "1")  # hosts may change under the buckets
-    assert dear.DearEngine.default_bucket_bytes(params, model) == 4 * 1024 * 1024
+    assert dear.DearEngine.planned_bucket_bytes(params) == 4 * 1024 * 1024

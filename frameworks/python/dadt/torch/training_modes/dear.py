@@ -15,8 +15,7 @@ from dadt.common.elastic import is_elastic
 from dadt.torch.handles import poll, synchronize
 from dadt.torch.async_collectives import allgather_async, reducescatter_async
 from dadt.torch.training_modes.bucket_engine import BucketEngine
-from dadt.torch.training_modes.buckets import (dear_bucket_bytes, default_bucket_bytes, layer_order,
-                                               shard_rows)
+from dadt.torch.training_modes.buckets import dear_bucket_bytes, default_bucket_bytes, shard_rows
 from dadt.torch.training_modes.engine import warn_dropped_pending
 
 
@@ -44,17 +43,17 @@ class DearEngine(BucketEngine):
     @classmethod
     def create(cls, host, params, *, model, bucket_bytes, groups):
         if bucket_bytes is None:
-            bucket_bytes = cls.default_bucket_bytes(params, model)
+            bucket_bytes = cls.planned_bucket_bytes(params)
         return super().create(host, params, model=model, bucket_bytes=bucket_bytes, groups=groups)
 
     @staticmethod
-    def default_bucket_bytes(params, model) -> int:
+    def planned_bucket_bytes(params) -> int:
         """dear's bucket size for these parameters when bucket_bytes is not given (buckets.py,
         dear_bucket_bytes). The same on every rank: local_size() < size() holds on every host of
         a job across hosts. Not cut finer in an elastic job, whose hosts change while the
         surviving ranks keep their buckets."""
         spans_hosts = local_size() < size() and not is_elastic()
-        nbytes = sum(p.numel() * p.element_size() for p in layer_order(params, model))
+        nbytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
         return dear_bucket_bytes(default_bucket_bytes(), nbytes, spans_hosts)
 
     def __init__(self, host, params, bucket_bytes, model):
