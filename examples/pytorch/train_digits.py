@@ -2,10 +2,13 @@
 
     dadtrun --gloo -np 2 python examples/pytorch/train_digits.py          # or -np 1, 4, ...
     dadtrun --gloo -np 2 python examples/pytorch/train_digits.py --mode async   # or dear
+    dadtrun --gloo -np 2 python examples/pytorch/train_digits.py --mode diloco --sync-every 8
+                                                       # or local_sgd, easgd (modes that send less)
 
 Every rank trains on its own shard of the training set (rows rank::size); DistributedOptimizer
-averages the gradients, so all ranks hold the same weights after every step. Rank 0 prints one line
-per epoch and, at the end, the accuracy over the whole test set:
+averages the gradients, so all ranks hold the same weights after every step (in the modes that send
+less, every --sync-every steps and after the final flush). Rank 0 prints one line per epoch and, at
+the end, the accuracy over the whole test set:
 
     epoch 30 loss 0.0123 accuracy 0.9722
     final test accuracy: 0.9722
@@ -27,8 +30,12 @@ def parse_args():
     p.add_argument("--lr", type=float, default=0.05, help="learning rate of one rank; scaled by size()")
     p.add_argument("--batch-size", type=int, default=32, help="per-rank batch size")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--mode", choices=["sync", "async", "dear"], default="sync",
+    p.add_argument("--mode", choices=list(dadt.training_modes.MODES), default="sync",
                    help="DistributedOptimizer training mode (docs/training-modes.md)")
+    p.add_argument("--sync-every", type=int, default=8,
+                   help="local_sgd, diloco, easgd: steps between two exchanges of the model")
+    p.add_argument("--compression", choices=["none", "fp16", "bf16", "int8"], default="none",
+                   help="what the gradients (diloco: the pseudo-gradient) travel as")
     p.add_argument("--lr-step-epochs", type=int, default=0,
                    help="halve the learning rate every this many epochs (0: constant)")
     return p.parse_args()
@@ -56,7 +63,9 @@ def main():
     torch.manual_seed(args.seed + rank)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=0.9)
-    opt = dadt.DistributedOptimizer(opt, named_parameters=model.named_parameters(), mode=args.mode, model=model)
+    knobs = {"sync_every": args.sync_every} if args.mode in dadt.training_modes.PERIODIC_MODES else {}
+    opt = dadt.DistributedOptimizer(opt, named_parameters=model.named_parameters(), mode=args.mode, model=model,
+                                    compression=getattr(dadt.Compression, args.compression), **knobs)
     schedule = torch.optim.lr_scheduler.StepLR(opt, args.lr_step_epochs, gamma=0.5) if args.lr_step_epochs else None
     dadt.broadcast_parameters(model.state_dict(), root_rank=0)
     dadt.broadcast_optimizer_state(opt, root_rank=0)
@@ -91,7 +100,8 @@ def main():
             print(f"epoch {epoch} loss {loss.item():.4f} accuracy {counts[0].item() / counts[1].item():.4f}",
                   flush=True)
 
-    # async: apply the last step's pending average; dear: complete the deferred updates.
+    # async: apply the last step's pending average; dear: complete the deferred updates; the modes
+    # that send less: the exchanges in flight, then one last exchange of the whole model.
     opt.flush()
     # All ranks hold the same weights; rank 0 evaluates the whole test set.
     model.eval()

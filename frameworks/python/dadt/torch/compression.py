@@ -74,6 +74,41 @@ class FP16Compressor(Compressor):
         return tensor_decompressed
 
 
+class BF16Compressor(Compressor):
+    """Compress all floating point gradients to bfloat16: float32's range with 8 bits of mantissa,
+    so large gradients do not overflow as they can in float16."""
+
+    @staticmethod
+    def compress(tensor):
+        """Downcasts a floating point tensor to bfloat16."""
+        if tensor.dtype.is_floating_point:
+            return tensor.to(torch.bfloat16), tensor.dtype
+        return tensor, tensor.dtype
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        """Upcasts the tensor to the dtype it was compressed from."""
+        return tensor.to(ctx) if ctx.is_floating_point else tensor
+
+
+class Int8Compressor(Compressor):
+    """8-bit quantization with a scale per exchanged fragment and error feedback, for
+    mode="diloco"'s pseudo-gradient only: int8 values cannot be summed in int8, so they travel
+    through an allgather (a quarter of float32's bytes per rank) and are averaged after
+    dequantization (docs/training-modes.md). Gradient modes refuse it."""
+
+    wire = "int8"
+
+    @staticmethod
+    def compress(tensor):
+        raise ValueError("Compression.int8 is for DistributedOptimizer(mode='diloco'), whose "
+                         "pseudo-gradient goes through an allgather; allreduce cannot sum int8")
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
 class Compression:
     """Optional gradient compression algorithm used during allreduce."""
 
@@ -82,3 +117,14 @@ class Compression:
 
     """Compress all floating point gradients to 16-bit."""
     fp16 = FP16Compressor
+
+    """Compress all floating point gradients to bfloat16 (float32's range, 8-bit mantissa)."""
+    bf16 = BF16Compressor
+
+    """mode="diloco" only: the pseudo-gradient as int8 with a scale, with error feedback."""
+    int8 = Int8Compressor
+
+
+# The name dadt.common.periodic gives each compressor (what the modes that send less send).
+WIRE_NAMES = {NoneCompressor: "none", FP16Compressor: "fp16", BF16Compressor: "bf16",
+              Int8Compressor: "int8"}

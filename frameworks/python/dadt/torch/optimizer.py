@@ -7,7 +7,8 @@ import torch
 
 from dadt.common.process_sets import global_process_set, set_id
 from dadt.common.util import Adasum, Average, Sum
-from dadt.torch.compression import Compression
+from dadt.common import periodic
+from dadt.torch.compression import WIRE_NAMES, Compression
 from dadt.torch import training_modes
 
 __all__ = ["DistributedOptimizer"]
@@ -23,7 +24,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
-                 mode="sync", model=None, bucket_bytes=None, process_set=global_process_set):
+                 mode="sync", model=None, bucket_bytes=None, process_set=global_process_set,
+                 knobs=None):
         super(self.__class__, self).__init__(params)
 
         all_params = [v for group in self.param_groups for v in group["params"]]
@@ -62,8 +64,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             base_step=lambda *args: super(cls, self).step(*args),  # the wrapped step, not dadt's
             process_set=process_set)
         self.process_set = process_set
-        self._engine = training_modes.ENGINES[mode].create(
-            host, all_params, model=model, bucket_bytes=bucket_bytes, groups=groups)
+        engine = training_modes.ENGINES[mode]
+        extra = {}
+        if mode in training_modes.PERIODIC_MODES:
+            extra = {"knobs": knobs, "compression": WIRE_NAMES.get(compression, "custom")}
+        self._engine = engine.create(host, all_params, model=model, bucket_bytes=bucket_bytes,
+                                     groups=groups, **extra)
 
     def state_dict(self, *args, **kwargs):
         """The wrapped optimizer's state dict. mode="async" adds the averaged gradients not applied
@@ -82,13 +88,29 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def flush(self):
         """Completes every update that step() has scheduled: mode="async" applies the pending
-        average of the last step's gradients, mode="dear" its deferred per-bucket updates. Call it
-        at the end of training and before saving the model. A no-op in mode="sync"."""
+        average of the last step's gradients, mode="dear" its deferred per-bucket updates. The
+        modes that send less (local_sgd, diloco, easgd) finish the exchanges in flight and then
+        exchange the whole model once more, so that every rank holds the same weights and no
+        inner step is lost. Call it at the end of training and before saving or evaluating the
+        model. A no-op in mode="sync"."""
         self._engine.flush()
+
+    def _dadt_reset(self):
+        """Called by an elastic state's reset (dadt.torch.elastic): the modes that send less drop
+        their exchanges in flight and roll back to the last synced weights."""
+        self._engine.reset()
+
+    @property
+    def bytes_sent(self):
+        """Bytes this rank has handed to the model exchanges of mode local_sgd, diloco or easgd
+        (after compression; 0 in the other modes)."""
+        exchanger = getattr(self._engine, "exchanger", None)
+        return exchanger.bytes_sent if exchanger is not None else 0
 
     def load_state_dict(self, state_dict, *args, **kwargs):
         state_dict = dict(state_dict)
         self._engine.load_checkpoint_state(state_dict.pop(training_modes.PENDING_KEY, None))
+        self._engine.load_mode_state(state_dict.pop(training_modes.PERIODIC_KEY, None))
         self._should_synchronize = True
         super(self.__class__, self).load_state_dict(state_dict, *args, **kwargs)
 
@@ -143,7 +165,10 @@ def _find_duplicates(items):
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          groups=None, sparse_as_dense=False, process_set=global_process_set, *,
-                         num_groups=0, mode="sync", model=None, bucket_bytes=None):
+                         num_groups=0, mode="sync", model=None, bucket_bytes=None,
+                         sync_every=None, warmup_steps=None, fragments=None,
+                         fragment_sync_delay=None, fragment_update_alpha=None,
+                         outer_optimizer=None, moving_rate=None, asynchronous=None):
     """
     An optimizer that wraps another torch.optim.Optimizer, using an allreduce to combine gradient
     values before applying gradients to model weights.
@@ -175,6 +200,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                           allreduce operations. Typically just ``model.named_parameters()``.
         compression: Compression algorithm used during allreduce to reduce the amount of data
                      sent during each parameter update step. Defaults to not using compression.
+                     ``Compression.fp16`` and ``Compression.bf16`` halve the bytes;
+                     ``Compression.int8`` (mode="diloco" only) quarters them, with error
+                     feedback.
         backward_passes_per_step: Number of expected backward passes to perform before calling
                                   step()/synchronize(). This allows accumulating gradients over
                                   multiple mini-batches before reducing and applying them.
@@ -203,6 +231,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
               step t ran; step 0 applies nothing, ``flush()`` applies the pending average.
               "dear" (DeAR): reduce-scatter in backward, all-gather before the next forward
               needs the bucket, per-bucket update; needs ``model``. Same weights as "sync".
+              The modes that send less (each rank steps on its own gradients; the model is
+              exchanged every ``sync_every`` steps; ``flush()`` at the end):
+              "local_sgd": the weights are averaged (post-local SGD).
+              "diloco": the averaged pseudo-gradient goes through ``outer_optimizer``
+              (DiLoCo; Streaming DiLoCo with ``fragments`` and ``fragment_sync_delay``).
+              "easgd": elastic averaging towards a centre variable (EASGD, EAMSGD).
         model: The torch.nn.Module being trained. Required by mode="dear" (its forward
                pre-hooks apply the deferred updates); in mode="async" it sets the layer order.
         bucket_bytes: Bucket size of mode="async" and mode="dear", in bytes. Default: the fusion
@@ -213,16 +247,47 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                       parameter of bucket_bytes or more is reduced in its own gradient tensor,
                       which then belongs to dadt until its update is applied
                       (docs/training-modes.md).
+        sync_every: local_sgd, diloco, easgd: inner steps between two exchanges of the model
+                    (required).
+        warmup_steps: local_sgd, diloco, easgd: steps of mode="sync" first (default 0).
+        fragments: local_sgd, diloco: the model is exchanged in this many parts on a staggered
+                   schedule (default 1).
+        fragment_sync_delay: diloco: inner steps a fragment's allreduce overlaps before its
+                             outer update is applied (default 0; less than
+                             sync_every // fragments).
+        fragment_update_alpha: diloco: the weights after an outer update are
+                               (1 - a) * synced + a * local (default 0).
+        outer_optimizer: diloco: a torch optimizer over the model's parameters, or a function of
+                         the parameters that makes one (default SGD, lr 0.7, momentum 0.9,
+                         Nesterov).
+        moving_rate: easgd: alpha (default 0.9 / ranks).
+        asynchronous: easgd: the centre's allreduce overlaps the next sync_every steps.
     """
     if mode not in training_modes.MODES:
         raise ValueError("mode must be one of %s, got %r" % (", ".join(map(repr, training_modes.MODES)),
                                                             mode))
+    knobs = {k: v for k, v in dict(
+        sync_every=sync_every, warmup_steps=warmup_steps, fragments=fragments,
+        fragment_sync_delay=fragment_sync_delay, fragment_update_alpha=fragment_update_alpha,
+        outer_optimizer=outer_optimizer, moving_rate=moving_rate,
+        asynchronous=asynchronous).items() if v is not None}
+    if knobs and mode not in training_modes.PERIODIC_MODES:
+        raise ValueError("%s: option(s) of the modes that send less (%s), not of mode=%r"
+                         % (", ".join(sorted(knobs)), ", ".join(training_modes.PERIODIC_MODES),
+                            mode))
+    if compression is Compression.int8 and mode != "diloco":
+        raise ValueError("Compression.int8 is for mode='diloco' (its pseudo-gradient goes through "
+                         "an allgather); mode=%r allreduces, which cannot sum int8" % mode)
+    if mode in ("local_sgd", "easgd") and compression is not Compression.none:
+        raise ValueError("mode=%r averages the weights themselves, uncompressed; compression= "
+                         "is for the gradients of sync/async/dear and the pseudo-gradient of "
+                         "diloco" % mode)
     training_modes.ENGINES[mode].check_options(
         model=model, backward_passes_per_step=backward_passes_per_step,
         groups=groups if groups is not None else (num_groups or None))
-    if set_id(process_set) != 0 and mode != "sync":
+    if set_id(process_set) != 0 and mode in ("async", "dear"):
         raise ValueError("DistributedOptimizer(mode=%r) reduces over every rank; process_set= "
-                         "needs mode=\"sync\"" % mode)
+                         "needs mode=\"sync\" or one of the modes that send less" % mode)
     if model is not None and not isinstance(model, torch.nn.Module):
         raise ValueError("model must be a torch.nn.Module, got %s" % type(model).__name__)
     if bucket_bytes is not None and (not isinstance(bucket_bytes, int) or bucket_bytes < 0):
@@ -247,7 +312,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
               op, gradient_predivide_factor, groups, sparse_as_dense, mode, model, bucket_bytes,
-              process_set)
+              process_set, knobs)
     opt.defaults = optimizer.defaults
     opt.state.update(optimizer.state)
     return opt

@@ -39,6 +39,13 @@ class _OptimizerHandler(_StateDictHandler):
     def sync(self, root_rank: int, bcast_object: Callable) -> None:
         broadcast_optimizer_state(self.value, root_rank=root_rank)
 
+    def reset(self) -> None:
+        # The modes that send less drop their exchanges in flight and roll the model back to the
+        # last synced weights (the sync that follows makes them root's).
+        reset = getattr(self.value, "_dadt_reset", None)
+        if reset is not None:
+            reset()
+
 
 class _SamplerHandler(_StateDictHandler):
     # sync: the root's progress as an object (processed_num is global, and every survivor

@@ -16,6 +16,9 @@ import torch
 
 # optimizer.state_dict() key of async mode's pending average.
 PENDING_KEY = "dadt_async_pending"
+# optimizer.state_dict() key of the state of the modes that send less (local_sgd, diloco, easgd):
+# the last synced weights, the centre, the outer optimizer, the step count.
+PERIODIC_KEY = "dadt_periodic"
 
 
 class ModeEngine:
@@ -74,6 +77,16 @@ class ModeEngine:
         """optimizer.load_state_dict(): `pending` is the state dict's PENDING_KEY entry (None when
         absent). Called before the wrapped optimizer loads its state."""
         warn_dropped_pending(pending, self.name)
+
+    def load_mode_state(self, state):
+        """optimizer.load_state_dict(): `state` is the state dict's PERIODIC_KEY entry (None when
+        absent), which only the modes that send less keep."""
+        if state:
+            warnings.warn("the state dict holds the exchange state of a mode=%r optimizer; "
+                          "mode=%r drops it" % (state.get("mode"), self.name))
+
+    def reset(self):
+        """After an elastic reset (the new world is up, before the state is synced)."""
 
     def broadcast_state(self, root_rank: int):
         """broadcast_optimizer_state(): makes what the engine holds back equal to root_rank's."""

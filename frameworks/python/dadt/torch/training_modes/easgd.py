@@ -1,0 +1,27 @@
+"""The "easgd" training mode: elastic averaging SGD, its asynchronous form and EAMSGD
+(dadt.common.easgd has the rule).
+
+    x_i <- x_i - alpha (x_i - c);   c <- c + n alpha (mean_j x_j - c)     every sync_every steps
+
+asynchronous=True: the centre's allreduce overlaps the next sync_every inner steps and lands
+just before the next pull. EAMSGD: wrap torch.optim.SGD(momentum=..., nesterov=True).
+"""
+
+from dadt.common import periodic
+from dadt.common.easgd import EASGDRule
+from dadt.torch.training_modes.periodic import PeriodicEngine
+
+
+class EASGDEngine(PeriodicEngine):
+    """The elastic pull towards a centre every rank keeps a replica of."""
+
+    name = "easgd"
+    knobs = ("sync_every", "warmup_steps", "moving_rate", "asynchronous")
+
+    def make_rule(self, ops, knobs):
+        return EASGDRule(ops, knobs["moving_rate"], self._ranks)
+
+    def schedule(self, knobs):
+        # Asynchronous: round k's allreduce finishes at round k+1, before its pull.
+        every = knobs["sync_every"]
+        return periodic.Schedule(every, 1, every if knobs.get("asynchronous") else 0)
