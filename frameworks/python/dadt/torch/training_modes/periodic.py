@@ -144,10 +144,12 @@ class PeriodicEngine(ModeEngine):
         self._warmup_left = knobs.get("warmup_steps", 0)
         # Warm-up is sync mode; its hooks go once it is over.
         self._sync = SyncEngine(host, params) if self._warmup_left > 0 else None
-        ranks = self._ranks
+        # Collectives are named after the mode and the model's first parameter, so that two
+        # optimizers (a GAN's, say) never share a name, and every rank agrees on it.
+        name = "dadt.%s.%s" % (self.name, host.name_of(params[0]))
         self.exchanger = periodic.Exchanger(self.make_rule(self._ops, knobs), self._ops,
-                                            self.schedule(knobs), name="dadt." + self.name,
-                                            compression=compression, ranks=ranks)
+                                            self.schedule(knobs), name=name,
+                                            compression=compression, ranks=self._ranks)
 
     # -- what a mode defines ---------------------------------------------------------------------
     def make_rule(self, ops, knobs) -> periodic.Rule:
