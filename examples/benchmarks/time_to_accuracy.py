@@ -252,7 +252,8 @@ def computed_bytes(name, params, shapes, n, steps, args):
         per_host = max(1, args.np // max(1, len(args.hosts.split(",")) if args.hosts else 1))
         intra = 4.0 * params * ring(per_host)  # the hook's allreduce within each host, every step
         averagings = len([s for s in range(warm, steps) if (s - warm) % H == 0])
-        return (warm * full + (steps - warm) * intra + averagings * full) / steps
+        # + the final average_parameters (the flush of this benchmark)
+        return (warm * full + (steps - warm) * intra + (averagings + 1) * full) / steps
     return full / H  # torchft LocalSGD / DiLoCo: the weights or pseudo-gradient every H steps
 
 
@@ -344,6 +345,15 @@ def torch_family(torch, args, model, inner):
         ddp.register_comm_hook(state, post_localSGD_hook.post_localSGD_hook)
         opt = PostLocalSGDOptimizer(optim=inner, averager=PeriodicModelAverager(
             period=args.sync_every, warmup_steps=args.post_local_warmup))
+
+        def flush():
+            # The averager averages after steps W+1, W+H+1, ...: at the end, one more average so
+            # that every rank holds the same weights (what dadt's flush() does; timed alike).
+            from torch.distributed.algorithms.model_averaging.utils import average_parameters
+            average_parameters(ddp.module.parameters(), dist.group.WORLD)
+            return True
+
+        fam.flush = flush
 
     def finish():
         # torch 2.13: freeing DDP's reducer at exit can deadlock (peers.py); results are out.
@@ -623,7 +633,7 @@ def time_to_target(points, target):
     return None
 
 
-def wire_bytes(result, args_np, args):
+def wire_bytes(result, args):
     """(bytes per rank per step, how): measured where the launch reported its payload."""
     n, steps = result["size"], result["steps"]
     if result.get("payload_bytes_sent"):
@@ -647,7 +657,7 @@ def summarize(runs, names, args):
         times = [time_to_target(x["points"], target) if target is not None else None for x in ok]
         reached = [t for t in times if t is not None]
         row.update(lr=ok[0]["lr"], final=[x["final_loss"] for x in ok], wall=[x["wall_s"] for x in ok],
-                   reached=len(reached), times=reached, bytes=wire_bytes(ok[0], args.np, args))
+                   reached=len(reached), times=reached, bytes=wire_bytes(ok[0], args))
         for ref in REFERENCES:
             ratios = []
             for r in runs:
@@ -711,8 +721,8 @@ def report(args, saved):
         print("\n%s failed in %d round(s): %s" % (n, len(errs), errs[0]))
     print("\nNotes: times exclude startup and evaluation; ratios are per round (the contender's time to target "
           "/ the reference's in the same round; < 1 is faster), median (min .. max). The model evaluated is rank "
-          "0's own, at evaluation steps that are multiples of H; dadt's modes add a point after flush() (its "
-          "time includes the flush). MB/rank/step: 'measured' is the optimizer's bytes_sent (payload) x "
+          "0's own, at evaluation steps that are multiples of H; dadt's modes and post-local-sgd add a point after "
+          "a final exchange (flush(); its time includes it). MB/rank/step: 'measured' is the optimizer's bytes_sent (payload) x "
           "2(n-1)/n; 'computed' is model bytes x fraction x frequency x 2(n-1)/n (ring allreduce). Learning "
           "rates: %s." % ("tuned per contender with --tune (table above)" if saved.get("tuning") else
                           "from %s" % a["lrs_from"] if a.get("lrs_from") else "%g for every contender" % a["lr"]))

@@ -46,6 +46,10 @@ def parse_args():
     p.add_argument("--lr", type=float, default=0.05, help="learning rate of one rank; scaled by size()")
     p.add_argument("--batch-size", type=int, default=16, help="per-rank batch size")
     p.add_argument("--batches-per-commit", type=int, default=5)
+    p.add_argument("--mode", choices=("sync",) + dadt.training_modes.PERIODIC_MODES, default="sync",
+                   help="DistributedOptimizer training mode (docs/training-modes.md)")
+    p.add_argument("--sync-every", type=int, default=4,
+                   help="local_sgd, diloco, easgd: steps between two exchanges of the model")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--ids-dir", default=None)
     p.add_argument("--progress-file", default=None, help="each rank appends 'epoch step' per step")
@@ -81,7 +85,11 @@ def main():
     torch.manual_seed(args.seed)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr * dadt.size(), momentum=0.9)
-    opt = dadt.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    # The modes that send less keep the last synced weights in the optimizer's state: a reset rolls
+    # the model back to them (the steps since are redone), then every rank takes rank 0's.
+    knobs = {"sync_every": args.sync_every} if args.mode in dadt.training_modes.PERIODIC_MODES else {}
+    opt = dadt.DistributedOptimizer(opt, named_parameters=model.named_parameters(), mode=args.mode, model=model,
+                                    **knobs)
     sampler = dadt.elastic.ElasticSampler(range(len(x_train)), shuffle=True, seed=args.seed)
     # What a reset restores and syncs: weights, optimizer momentum, the sampler's progress, the epoch.
     state = dadt.elastic.TorchState(model, opt, train_sampler=sampler, epoch=1)
@@ -162,6 +170,7 @@ def main():
                 print(f"epoch {state.epoch} size {dadt.size()} loss {loss.item():.4f} "
                       f"accuracy {accuracy:.4f}", flush=True)
             commit()  # the epoch is done (the sampler has processed all of it)
+        opt.flush()  # the modes that send less: every rank ends on the same weights (sync: a no-op)
 
     train(state)
     model.eval()

@@ -119,6 +119,24 @@ def test_torch_digits_survives_a_killed_host(netns_hosts, ejob, tmp_path):
     assert_each_sample_once(ids, EPOCHS)  # the survivors went on from the last commit
 
 
+def test_torch_digits_diloco_survives_a_host_killed_mid_window(netns_hosts, ejob, tmp_path):
+    """mode="diloco" (an exchange every 10 steps, commits every 5): h2 dies between two exchanges;
+    the survivors restore the last commit, roll the model back to the last synced weights
+    (TorchState's reset), take rank 0's and go on at size 2 to the expected accuracy."""
+    ids, progress, command = _torch_command(ejob, tmp_path)
+    command += ["--mode", "diloco", "--sync-every", "10"]
+    ejob.start("--gloo", "-np", "3", "--min-np", "2", *HOSTS_3, command=command, env=_env())
+    ejob.wait_for("err", r"round 1: 3 workers on h1, h2, h3$", timeout=120)
+    _wait_until(ejob, "epoch 2 step 7 (between two exchanges)", lambda: reached(progress, 2, 7))
+    os.kill(_worker_pid("h2", ejob.marker), signal.SIGKILL)
+    ejob.wait_for("err", r"^dadtrun: elastic: host h2 lost: rank 1 \(worker h2/0/2\) killed by SIGKILL$")
+    ejob.wait_for("err", r"^dadtrun: elastic: round 2: 2 workers on h1, h3 \(reset 1\)$")
+    out, err = _finish(ejob)
+    assert final_accuracy(out) >= 0.90, out[-4000:]
+    assert epoch_sizes(out)[EPOCHS] == 2, out[-4000:]
+    assert_each_sample_once(ids, EPOCHS)
+
+
 def test_torch_digits_grows_onto_a_discovered_host(netns_hosts, ejob, tmp_path):
     ids, progress, command = _torch_command(ejob, tmp_path)
     hosts = tmp_path / "hosts"
