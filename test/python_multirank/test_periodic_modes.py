@@ -334,3 +334,27 @@ def test_process_set_averages_within_the_set(world, nm):
     finally:
         for s in sets:
             dadt.remove_process_set(s)
+
+
+def test_hierarchical_local_sgd_syncs_within_a_host_and_averages_across(world, monkeypatch):
+    """Ranks 2k and 2k+1 play one host (DADT_HOSTNAME, as dadtrun sets it per host): they average
+    their gradients every step; every 3 steps all ranks average their weights."""
+    host = lambda r: "host%d" % (r // 2)  # noqa: E731
+    monkeypatch.setenv("DADT_HOSTNAME", host(world.rank))
+    model = _Dots()
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
+                                    named_parameters=model.named_parameters(), mode="local_sgd",
+                                    sync_every=3, hierarchical=True)
+    x = [torch.zeros(5, dtype=torch.float64) for _ in range(world.size)]
+    for t in range(7):
+        opt.zero_grad()
+        model(_grad(world.rank, t)).backward()
+        opt.step()
+        for r in range(world.size):
+            mates = [q for q in range(world.size) if host(q) == host(r)]
+            x[r] = x[r] - LR * sum(_grad(q, t) for q in mates) / len(mates)
+        if (t + 1) % 3 == 0:
+            x = [sum(x) / world.size] * world.size
+        got = torch.cat([model.w1.detach(), model.w2.detach()])
+        assert torch.allclose(got, x[world.rank], rtol=1e-12, atol=1e-12), (t, got, x[world.rank])
+    opt.flush()

@@ -46,11 +46,47 @@ def average_gradients(op: int = Average, name: Optional[str] = None,
 
 
 def DistributedOptimizer(optimizer, op: int = Average, name: Optional[str] = None,  # noqa: N802
-                         process_set=global_process_set):
+                         process_set=global_process_set, *, mode: str = "sync",
+                         compression=None, sync_every: Optional[int] = None,
+                         warmup_steps: Optional[int] = None, fragments: Optional[int] = None,
+                         fragment_sync_delay: Optional[int] = None,
+                         fragment_update_alpha: Optional[float] = None, outer_optimizer=None,
+                         moving_rate: Optional[float] = None,
+                         asynchronous: Optional[bool] = None):
     """Wraps an optax optimizer so that it sees gradients averaged across processes (of
-    ``process_set``): ``optax.chain(average_gradients(op, name, process_set), optimizer)``."""
+    ``process_set``): ``optax.chain(average_gradients(op, name, process_set), optimizer)``.
+
+    mode: "sync" (default: the above), or one of the modes that send less, where each rank
+    steps on its own gradients and the parameters are exchanged every ``sync_every`` steps
+    (docs/frameworks.md, "Modes that send less"; dadt.jax.periodic): "local_sgd" averages the
+    parameters, "diloco" applies the averaged pseudo-gradient with an outer Nesterov SGD,
+    "easgd" pulls towards a centre variable. The result is then a PeriodicTransformation: an
+    optax GradientTransformation whose ``update`` needs ``params``, with ``flush(params)``
+    (call it at the end: every rank gets the same parameters), ``mode_state()`` /
+    ``load_mode_state()`` (checkpoints) and ``bytes_sent``. Eager and under jax.jit (ordered host
+    callbacks). The knobs are dadt.torch's: sync_every (required), warmup_steps (0), fragments
+    (1; local_sgd, diloco), fragment_sync_delay (0), fragment_update_alpha (0.0), outer_optimizer
+    (a dict of lr, momentum, nesterov or a dadt.common.diloco.NesterovOuter; default 0.7, 0.9,
+    True), compression (diloco: Compression.none, fp16, bf16 or int8), moving_rate (easgd; 0.9 /
+    ranks), asynchronous (easgd). ``name`` is the base name of the exchanges (default
+    "dadt.<mode>"); ``op`` must be Average."""
     import optax
-    return optax.chain(average_gradients(op, name, process_set), optimizer)
+    knobs = {k: v for k, v in dict(
+        sync_every=sync_every, warmup_steps=warmup_steps, fragments=fragments,
+        fragment_sync_delay=fragment_sync_delay, fragment_update_alpha=fragment_update_alpha,
+        outer_optimizer=outer_optimizer, moving_rate=moving_rate,
+        asynchronous=asynchronous).items() if v is not None}
+    if mode == "sync":
+        if knobs:
+            raise ValueError("%s: option(s) of the modes that send less (local_sgd, diloco, "
+                             "easgd), not of mode='sync'" % ", ".join(sorted(knobs)))
+        if compression not in (None, "none"):
+            raise ValueError("compression= is for mode='diloco' in dadt.jax")
+        return optax.chain(average_gradients(op, name, process_set), optimizer)
+    if op != Average:
+        raise ValueError("mode=%r averages the model; op=Average only" % mode)
+    from dadt.jax.periodic import periodic_transformation
+    return periodic_transformation(optimizer, mode, knobs, compression, process_set, name)
 
 
 def broadcast_parameters(params: Any, root_rank: int = 0, name: Optional[str] = None,

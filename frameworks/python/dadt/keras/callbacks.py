@@ -1,5 +1,6 @@
 """Keras 3 callbacks for distributed model.fit: broadcast the initial state, average the epoch's
-metrics, warm the learning rate up. They work with every Keras backend (values cross as NumPy)."""
+metrics, warm the learning rate up, flush the modes that send less at the end. They work with
+every Keras backend (values cross as NumPy)."""
 
 import warnings
 from typing import Optional
@@ -12,7 +13,8 @@ from dadt.common.basics import size
 from dadt.common.util import Average
 
 __all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
-           "LearningRateScheduleCallback", "LearningRateWarmupCallback", "broadcast_variables"]
+           "LearningRateScheduleCallback", "LearningRateWarmupCallback", "FlushCallback",
+           "broadcast_variables"]
 
 
 def _host_value(variable) -> np.ndarray:
@@ -217,3 +219,28 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
         if logs is not None:
             logs["learning_rate"] = float(keras.ops.convert_to_numpy(
                 self.model.optimizer.learning_rate))
+
+
+class FlushCallback(keras.callbacks.Callback):
+    """Calls the DistributedOptimizer's ``flush()`` when training ends (and, with
+    ``every_epoch=True``, at the end of each epoch): in mode local_sgd, diloco or easgd the
+    exchanges in flight finish and the whole model is exchanged once more, so that every rank
+    holds the same weights and no step is lost; a no-op in mode="sync". Every rank must have it.
+    With ``every_epoch``, put it before the callbacks that read the weights (checkpoints); the
+    epoch's validation has already run on each rank's own weights."""
+
+    def __init__(self, every_epoch: bool = False):
+        super().__init__()
+        self.every_epoch = every_epoch
+
+    def _flush(self):
+        flush = getattr(getattr(self.model, "optimizer", None), "flush", None)
+        if flush is not None:
+            flush()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.every_epoch:
+            self._flush()
+
+    def on_train_end(self, logs=None):
+        self._flush()

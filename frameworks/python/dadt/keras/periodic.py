@@ -104,7 +104,7 @@ class KerasPeriodic:
         if trainable_variables is not None:
             trainable_variables = list(trainable_variables)
             if not optimizer.built:
-                with keras.backend.name_scope(optimizer.name, caller=optimizer):
+                with keras.name_scope(optimizer.name, caller=optimizer):
                     optimizer.build(trainable_variables)
                 optimizer.built = True
         variables = list(optimizer._trainable_variables)

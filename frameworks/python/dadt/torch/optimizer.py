@@ -168,7 +168,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          num_groups=0, mode="sync", model=None, bucket_bytes=None,
                          sync_every=None, warmup_steps=None, fragments=None,
                          fragment_sync_delay=None, fragment_update_alpha=None,
-                         outer_optimizer=None, moving_rate=None, asynchronous=None):
+                         outer_optimizer=None, moving_rate=None, asynchronous=None,
+                         hierarchical=None):
     """
     An optimizer that wraps another torch.optim.Optimizer, using an allreduce to combine gradient
     values before applying gradients to model weights.
@@ -222,7 +223,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         sparse_as_dense: If set True, convert all sparse gradients to dense and perform allreduce,
                          then convert back to sparse before applying the update.
         process_set: Process set whose ranks average the gradients (default: every rank);
-                     mode="sync" only. A rank outside the set trains on its own gradients
+                     mode="sync" and the modes that send less (which average the model within
+                     the set). A rank outside the set trains on its own gradients
                      (as in Horovod); Average divides by the set's size.
         num_groups: Deprecated, use `groups`.
         mode: How gradients are exchanged (docs/training-modes.md):
@@ -262,6 +264,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          Nesterov).
         moving_rate: easgd: alpha (default 0.9 / ranks).
         asynchronous: easgd: the centre's allreduce overlaps the next sync_every steps.
+        hierarchical: local_sgd: the ranks of each host average their gradients every step (sync
+                      mode within the host); the weights are averaged across hosts every
+                      sync_every steps.
     """
     if mode not in training_modes.MODES:
         raise ValueError("mode must be one of %s, got %r" % (", ".join(map(repr, training_modes.MODES)),
@@ -270,7 +275,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         sync_every=sync_every, warmup_steps=warmup_steps, fragments=fragments,
         fragment_sync_delay=fragment_sync_delay, fragment_update_alpha=fragment_update_alpha,
         outer_optimizer=outer_optimizer, moving_rate=moving_rate,
-        asynchronous=asynchronous).items() if v is not None}
+        asynchronous=asynchronous, hierarchical=hierarchical).items() if v is not None}
     if knobs and mode not in training_modes.PERIODIC_MODES:
         raise ValueError("%s: option(s) of the modes that send less (%s), not of mode=%r"
                          % (", ".join(sorted(knobs)), ", ".join(training_modes.PERIODIC_MODES),

@@ -165,13 +165,20 @@ class PeriodicEngine(ModeEngine):
             result = self._sync.step(closure, should_synchronize)
             self._warmup_left -= 1
             if self._warmup_left <= 0:
-                self._sync.remove_hooks()
-                self._sync = None
+                self._warmup_over()
             return result
         self.exchanger.before_step(self._read)
-        result = self._host.base_step(closure)
+        result = self._inner_step(closure, should_synchronize)
         self.exchanger.after_step(self._read, self._write)
         return result
+
+    def _warmup_over(self):
+        self._sync.remove_hooks()
+        self._sync = None
+
+    def _inner_step(self, closure, should_synchronize):
+        """One step between exchanges: the wrapped optimizer on this rank's own gradients."""
+        return self._host.base_step(closure)
 
     def synchronize(self):
         """Waits for the gradient allreduces during warm-up; afterwards gradients are not averaged
@@ -198,8 +205,7 @@ class PeriodicEngine(ModeEngine):
             raise ValueError("the checkpoint holds the state of mode=%r; this optimizer is "
                              "mode=%r" % (state.get("mode"), self.name))
         if state["warmup_left"] <= 0 and self._sync is not None:
-            self._sync.remove_hooks()
-            self._sync = None
+            self._warmup_over()
         self._warmup_left = state["warmup_left"]
         self.exchanger.load_state(state["exchanger"])
 
