@@ -59,23 +59,21 @@ class NesterovOuter:
 
 
 class DiLoCoRule(Rule):
-    """theta_f and the outer update of one fragment at a time. ``outer`` has step(f, theta,
-    delta) (in place), state() and load_state(state): NesterovOuter, or a front end's wrapper of
-    its own optimizer (dadt.torch wraps any torch.optim.Optimizer)."""
+    """theta_f (``kept``) and the outer update of one fragment at a time. ``outer`` has step(f,
+    theta, delta) (in place), state() and load_state(state): NesterovOuter, or a front end's
+    wrapper of its own optimizer (dadt.torch wraps any torch.optim.Optimizer)."""
+
+    kept_name = "theta"
 
     def __init__(self, ops, outer, alpha: float = 0.0):
         super().__init__(ops)
         self.outer, self.alpha = outer, float(alpha)
-        self.theta: Dict[int, Any] = {}
-
-    def begin(self, f, x):
-        self.theta[f] = self.ops.clone(x)
 
     def send(self, f, x):
-        return self.theta[f] - x, None
+        return self.kept[f] - x, None
 
     def land(self, f, x, average, alpha: Optional[float] = None):
-        theta = self.theta[f]
+        theta = self.kept[f]
         self.outer.step(f, theta, average)
         a = self.alpha if alpha is None else alpha
         return theta if a == 0.0 else theta * (1.0 - a) + x * a
@@ -83,13 +81,9 @@ class DiLoCoRule(Rule):
     def final(self, f, x, average):
         return self.land(f, x, average, alpha=0.0)  # every rank ends on theta
 
-    def reset(self, f, x):
-        return self.theta.get(f)
-
     def state(self):
-        return {"theta": {f: self.ops.clone(t) for f, t in self.theta.items()},
-                "outer": self.outer.state()}
+        return dict(super().state(), outer=self.outer.state())
 
     def load_state(self, state):
-        self.theta = {int(f): t for f, t in state.get("theta", {}).items()}
+        super().load_state(state)
         self.outer.load_state(state.get("outer"))

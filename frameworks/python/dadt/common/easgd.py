@@ -16,28 +16,27 @@ with the wrapped optimizer SGD(momentum=delta, nesterov=True), the paper's Algor
 torch's form. Sends 1x the model every tau steps; memory: the centre (1x the model).
 """
 
-from typing import Any, Callable, Dict
+from typing import Callable
 
 from dadt.common.periodic import Rule
 
 
 class EASGDRule(Rule):
-    """The pull at an exchange's start, the centre's update at its finish."""
+    """The pull at an exchange's start, the centre's update at its finish. ``kept`` holds the
+    centre, to which an elastic reset rolls back."""
+
+    kept_name = "center"
 
     def __init__(self, ops, moving_rate: float, ranks: Callable[[], int]):
         super().__init__(ops)
         self.alpha = float(moving_rate)
         self._ranks = ranks
-        self.center: Dict[int, Any] = {}
-
-    def begin(self, f, x):
-        self.center[f] = self.ops.clone(x)
 
     def send(self, f, x):
-        return self.ops.clone(x), x - (x - self.center[f]) * self.alpha
+        return self.ops.clone(x), x - (x - self.kept[f]) * self.alpha
 
     def land(self, f, x, average):
-        c = self.center[f]
+        c = self.kept[f]
         beta = self.alpha * self._ranks()
         self.ops.assign(c, c + (average - c) * beta)
         return None
@@ -46,14 +45,5 @@ class EASGDRule(Rule):
         """flush(): centre and every rank take the ranks' average (what the last exchange sent,
         before its pull), so the weights that end training are equal everywhere and lose no
         rank's last steps."""
-        self.ops.assign(self.center[f], average)
+        self.ops.assign(self.kept[f], average)
         return average
-
-    def reset(self, f, x):
-        return self.center.get(f)
-
-    def state(self):
-        return {"center": {f: self.ops.clone(c) for f, c in self.center.items()}}
-
-    def load_state(self, state):
-        self.center = {int(f): c for f, c in state.get("center", {}).items()}

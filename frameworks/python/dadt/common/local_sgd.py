@@ -13,8 +13,6 @@ ranks' models drift apart for H steps in between. Optimizer state (momentum, Ada
 local, as in torch's and torchft's local SGD.
 """
 
-from typing import Any, Dict
-
 from dadt.common.periodic import Rule
 
 
@@ -22,25 +20,11 @@ class LocalSGDRule(Rule):
     """x_f <- average of x_f over the ranks. Keeps the last averaged weights, to which an elastic
     reset rolls back (the steps since are lost, as torchft's LocalSGD discards them)."""
 
-    def __init__(self, ops):
-        super().__init__(ops)
-        self.synced: Dict[int, Any] = {}
-
-    def begin(self, f, x):
-        self.synced[f] = self.ops.clone(x)
+    kept_name = "synced"
 
     def send(self, f, x):
         return self.ops.clone(x), None
 
     def land(self, f, x, average):
-        self.ops.assign(self.synced[f], average)
+        self.ops.assign(self.kept[f], average)
         return average
-
-    def reset(self, f, x):
-        return self.synced.get(f)
-
-    def state(self):
-        return {"synced": {f: self.ops.clone(x) for f, x in self.synced.items()}}
-
-    def load_state(self, state):
-        self.synced = {int(f): x for f, x in state.get("synced", {}).items()}

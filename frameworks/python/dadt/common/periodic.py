@@ -153,16 +153,21 @@ class Schedule:
 class Rule:
     """One mode's update, on one fragment's flat weights. Subclasses: LocalSGDRule, DiLoCoRule,
     EASGDRule. ``begin`` is called once, before the first inner step, with the weights every rank
-    starts from; ``send`` at an exchange's start returns (what is averaged, the fragment's new
-    local weights or None to keep them); ``land`` at its finish, with the average, returns the
-    fragment's new local weights (or None). ``state``/``load_state`` are what a checkpoint keeps
-    beyond the model and the wrapped optimizer."""
+    starts from, and keeps a copy of them in ``kept`` (the last synced weights, DiLoCo's theta,
+    EASGD's centre: what a reset rolls back to and a checkpoint holds, under ``kept_name``);
+    ``send`` at an exchange's start returns (what is averaged, the fragment's new local weights
+    or None to keep them); ``land`` at its finish, with the average, returns the fragment's new
+    local weights (or None). ``state``/``load_state`` are what a checkpoint keeps beyond the model
+    and the wrapped optimizer."""
+
+    kept_name = "kept"
 
     def __init__(self, ops: ArrayOps):
         self.ops = ops
+        self.kept: Dict[int, Any] = {}   # fragment -> the weights the rule keeps
 
     def begin(self, f: int, x) -> None:
-        pass
+        self.kept[f] = self.ops.clone(x)
 
     def send(self, f: int, x):
         raise NotImplementedError
@@ -176,13 +181,13 @@ class Rule:
 
     def reset(self, f: int, x):
         """The weights a rank rolls back to after an elastic reset (None: keep x)."""
-        return None
+        return self.kept.get(f)
 
     def state(self) -> Dict[str, Any]:
-        return {}
+        return {self.kept_name: {f: self.ops.clone(x) for f, x in self.kept.items()}}
 
     def load_state(self, state: Dict[str, Any]) -> None:
-        pass
+        self.kept = {int(f): x for f, x in state.get(self.kept_name, {}).items()}
 
 
 class Exchanger:
