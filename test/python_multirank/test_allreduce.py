@@ -199,3 +199,18 @@ def test_many_tensors_at_once_fusion(world, nm):
     outs = [dadt.synchronize(h) for h in handles]
     for i, ((dtype, n, op_name), out) in enumerate(zip(specs, outs)):
         assert_equal(out, reduce_expected(op_name, (n,), dtype, world.size, salt=i), f"tensor {i} ({op_name})")
+
+
+def test_compression_bf16(world, nm):
+    """bfloat16 on the wire, float32 back: float32's range (1e30 does not overflow, as it would in
+    float16), 8 bits of mantissa."""
+    avg = dadt.allreduce(torch.full((5,), 0.1 * (world.rank + 1)), name=nm("avg"),
+                         compression=dadt.Compression.bf16)
+    big = dadt.allreduce(torch.full((3,), 1e30), name=nm("big"), compression=dadt.Compression.bf16)
+    ints = dadt.allreduce(torch.arange(4, dtype=torch.int32), name=nm("int"), op=dadt.Sum,
+                          compression=dadt.Compression.bf16)
+    assert avg.dtype is torch.float32 and big.dtype is torch.float32
+    expected_avg = 0.1 * (world.size + 1) / 2
+    assert torch.allclose(avg, torch.full((5,), expected_avg), rtol=1e-2), avg
+    assert torch.allclose(big, torch.full((3,), 1e30), rtol=1e-2), big
+    assert torch.equal(ints, torch.arange(4, dtype=torch.int32) * world.size)  # not compressed

@@ -103,6 +103,16 @@ def test_fp16_compression_close_to_none(world, nm):
     assert torch.allclose(_flat(compressed), _flat(plain), rtol=1e-2, atol=2e-3)
 
 
+def test_bf16_compression_close_to_none(world, nm):
+    plain, _ = _distributed_run(world)
+    compressed, _ = _distributed_run(world, compression=dadt.Compression.bf16)
+    rows = gather_rows(_flat(compressed), nm())
+    assert_rows_identical(rows, "weights with bf16 compression")
+    assert _flat(compressed).dtype is torch.float32
+    diff = (_flat(compressed) - _flat(plain)).abs().max().item()
+    assert diff < 1e-2, f"bf16 compression moved weights by {diff:.3g}"
+
+
 @pytest.mark.parametrize("opt_cls", [torch.optim.Adam, torch.optim.Adagrad], ids=lambda c: c.__name__)
 def test_other_optimizers_stay_in_sync(world, nm, opt_cls):
     model = _model()
