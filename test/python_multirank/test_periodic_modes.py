@@ -306,6 +306,8 @@ def test_bad_options_are_refused_by_name():
         make(mode="sync", compression=dadt.Compression.int8)
     with pytest.raises(ValueError, match="averages the weights themselves"):
         make(mode="easgd", sync_every=2, compression=dadt.Compression.fp16)
+    with pytest.raises(ValueError, match="averages the model across ranks; op= must be Average"):
+        make(mode="local_sgd", sync_every=2, op=dadt.Sum)
     with pytest.raises(ValueError, match="moving_rate"):
         make(mode="easgd", sync_every=2, moving_rate=1.5)
 

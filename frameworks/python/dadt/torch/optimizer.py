@@ -309,6 +309,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise NotImplementedError("Adasum is not implemented in dadt; use op=Average or op=Sum")
     if op not in (Average, Sum):
         raise ValueError("DistributedOptimizer supports op=Average or op=Sum, got %r" % (op,))
+    if op != Average and mode in training_modes.PERIODIC_MODES:
+        raise ValueError("mode=%r averages the model across ranks; op= must be Average" % mode)
 
     # A new class that inherits from the optimizer's, so that isinstance() checks keep working
     # and step() is overridden with the allreduce version.
