@@ -1,11 +1,15 @@
 """Data-parallel training of a small MLP on scikit-learn's digits with JAX, optax and dadt.
 
     dadtrun --gloo -np 2 python examples/jax/train_digits.py          # or -np 1, 3, ...
+    dadtrun --gloo -np 2 python examples/jax/train_digits.py --mode diloco --sync-every 8
+                                                   # or local_sgd, easgd (modes that send less)
 
 The step is jax.jit-compiled; dadt.average_gradients() (an optax transformation, first in the
 chain) averages the gradients across ranks and dadt.broadcast_parameters makes every rank start
-from rank 0's parameters. Rank 0 prints one line per epoch and the accuracy over the whole test
-set:
+from rank 0's parameters. With --mode local_sgd, diloco or easgd, dadt.DistributedOptimizer
+makes each rank step on its own gradients and exchanges the parameters every --sync-every steps;
+tx.flush(params) makes them equal at the end. Rank 0 prints one line per epoch and the accuracy
+over the whole test set:
 
     epoch 20 loss 0.0123 accuracy 0.9722
     final test accuracy: 0.9722
@@ -47,6 +51,12 @@ def main():
     p.add_argument("--lr", type=float, default=0.05, help="learning rate of one rank; scaled by size()")
     p.add_argument("--batch-size", type=int, default=32, help="per-rank batch size")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--mode", choices=["sync", "local_sgd", "diloco", "easgd"], default="sync",
+                   help="training mode (docs/frameworks.md, \"Modes that send less\")")
+    p.add_argument("--sync-every", type=int, default=8,
+                   help="local_sgd, diloco, easgd: steps between two exchanges of the parameters")
+    p.add_argument("--compression", choices=["none", "fp16", "bf16", "int8"], default="none",
+                   help="diloco: what the pseudo-gradient travels as")
     args = p.parse_args()
 
     dadt.init()
@@ -59,7 +69,12 @@ def main():
 
     # Different initialisation on every rank on purpose: broadcast_parameters makes them equal.
     params = dadt.broadcast_parameters(init_params(jax.random.PRNGKey(args.seed + rank)), root_rank=0)
-    tx = optax.chain(dadt.average_gradients(), optax.sgd(args.lr * size, momentum=0.9))
+    if args.mode == "sync":
+        tx = optax.chain(dadt.average_gradients(), optax.sgd(args.lr * size, momentum=0.9))
+    else:
+        tx = dadt.DistributedOptimizer(optax.sgd(args.lr * size, momentum=0.9), mode=args.mode,
+                                       sync_every=args.sync_every,
+                                       **({"compression": args.compression} if args.mode == "diloco" else {}))
     opt_state = tx.init(params)
 
     @jax.jit
@@ -85,6 +100,8 @@ def main():
         if rank == 0:
             print(f"epoch {epoch} loss {float(loss[0]):.4f} accuracy {counts[0] / counts[1]:.4f}", flush=True)
 
+    if args.mode != "sync":  # the exchanges in flight, then one last one: equal parameters everywhere
+        params = tx.flush(params)
     accuracy = float(jnp.mean(jnp.argmax(forward(params, x_test), axis=1) == y_test))
     if rank == 0:
         print(f"final test accuracy: {accuracy:.4f}", flush=True)

@@ -1,10 +1,14 @@
 """Data-parallel model.fit on scikit-learn's digits with Keras 3 and dadt (three added lines).
 
     dadtrun --gloo -np 2 python examples/keras/train_digits.py          # or -np 1, 3, ...
+    dadtrun --gloo -np 2 python examples/keras/train_digits.py --mode diloco --sync-every 8
+                                                   # or local_sgd, easgd (modes that send less)
 
-Each rank fits on its own shard; dadt.DistributedOptimizer averages the gradients, the
-callbacks broadcast rank 0's initial state, ramp the learning rate up and average the metrics.
-Rank 0 prints one line per epoch and the accuracy over the whole test set:
+Each rank fits on its own shard; dadt.DistributedOptimizer averages the gradients (in the modes
+that send less: each rank steps on its own gradients and the model is exchanged every
+--sync-every steps, and FlushCallback makes the ranks' weights equal at the end), the callbacks
+broadcast rank 0's initial state, ramp the learning rate up and average the metrics. Rank 0
+prints one line per epoch and the accuracy over the whole test set:
 
     epoch 20 loss 0.0123 accuracy 0.9722
     final test accuracy: 0.9722
@@ -36,6 +40,12 @@ def main():
     p.add_argument("--lr", type=float, default=0.05, help="learning rate of one rank; scaled by size()")
     p.add_argument("--batch-size", type=int, default=32, help="per-rank batch size")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--mode", choices=["sync", "local_sgd", "diloco", "easgd"], default="sync",
+                   help="DistributedOptimizer training mode (docs/frameworks.md, \"Modes that send less\")")
+    p.add_argument("--sync-every", type=int, default=8,
+                   help="local_sgd, diloco, easgd: steps between two exchanges of the model")
+    p.add_argument("--compression", choices=["none", "fp16", "bf16", "int8"], default="none",
+                   help="what the gradients (diloco: the pseudo-gradient) travel as")
     args = p.parse_args()
 
     dadt.init()                                                                   # added line 1
@@ -52,12 +62,18 @@ def main():
     model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(128, activation="relu"),
                               keras.layers.Dense(10)])
     opt = keras.optimizers.SGD(learning_rate=args.lr * size, momentum=0.9)
-    model.compile(optimizer=dadt.DistributedOptimizer(opt),                       # added line 2
+    knobs = {} if args.mode == "sync" else {"mode": args.mode, "sync_every": args.sync_every}
+    compression = None
+    if args.compression != "none":  # diloco takes the names; sync dadt.tensorflow's compressors
+        from dadt.tensorflow import Compression
+        compression = args.compression if args.mode == "diloco" else getattr(Compression, args.compression)
+    model.compile(optimizer=dadt.DistributedOptimizer(opt, compression=compression, **knobs),  # added line 2
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     callbacks = [dadt.callbacks.BroadcastGlobalVariablesCallback(0),             # added line 3
                  dadt.callbacks.MetricAverageCallback(),
                  dadt.callbacks.LearningRateWarmupCallback(args.lr * size, warmup_epochs=2),
-                 PrintEpoch()]
+                 PrintEpoch(),
+                 dadt.callbacks.FlushCallback()]  # the modes that send less: equal weights at the end
     model.fit(x_shard, y_shard, batch_size=args.batch_size, epochs=args.epochs, shuffle=True,
               validation_data=(x_test[rank::size], y_test[rank::size]), callbacks=callbacks, verbose=0)
 

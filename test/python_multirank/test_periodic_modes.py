@@ -5,7 +5,6 @@ gradient is x), with different data on every rank, and compares every rank's wei
 step with a reference that simulates every rank in plain torch from the update rules of
 docs/training-modes.md (not from dadt's code). Every rank runs every test.
 """
-import copy
 import io
 
 import pytest
@@ -298,7 +297,7 @@ def test_bad_options_are_refused_by_name():
         make(mode="local_sgd", sync_every=4, outer_optimizer=torch.optim.SGD(model.parameters(), lr=1))
     with pytest.raises(ValueError, match="fragment_sync_delay must be less than"):
         make(mode="diloco", sync_every=4, fragments=2, fragment_sync_delay=2)
-    with pytest.raises(ValueError, match="fragments=3 but the optimizer has 2 parameters"):
+    with pytest.raises(ValueError, match="fragments=3 but the model has 2 parameters"):
         make(mode="diloco", sync_every=4, fragments=3)
     with pytest.raises(ValueError, match="same parameters"):
         make(mode="diloco", sync_every=4, outer_optimizer=torch.optim.SGD([model.w1], lr=1))

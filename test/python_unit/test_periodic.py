@@ -10,7 +10,7 @@ import torch
 from dadt.common import periodic
 from dadt.common.diloco import DiLoCoRule, NesterovOuter
 from dadt.common.local_sgd import LocalSGDRule
-from dadt.torch.training_modes.periodic import TorchOps, _split_by_bytes
+from dadt.torch.training_modes.periodic import TorchOps
 
 
 def test_schedule_staggers_fragments_and_starts_them_delay_steps_early():
@@ -71,13 +71,13 @@ def test_int8_round_trip_and_its_error():
 
 
 def test_fragments_are_contiguous_runs_of_about_equal_bytes():
-    params = [torch.zeros(n) for n in (100, 10, 10, 100, 50, 30)]
-    parts = _split_by_bytes(params, 3, "diloco")
-    assert [len(p) for p in parts] == [1, 3, 2]  # closed at 100 >= 300/3 and 220 >= 2*300/3
-    assert [q for part in parts for q in part] == params
-    assert len(_split_by_bytes(params, 6, "diloco")) == 6
-    with pytest.raises(ValueError, match="fragments=7 but the optimizer has 6 parameters"):
-        _split_by_bytes(params, 7, "diloco")
+    nbytes = [100, 10, 10, 100, 50, 30]
+    parts = periodic.split_by_bytes(nbytes, 3, "diloco")
+    assert parts == [[0], [1, 2, 3], [4, 5]]  # closed at 100 >= 300/3 and 220 >= 2*300/3
+    assert periodic.split_by_bytes(nbytes, 6, "diloco") == [[i] for i in range(6)]
+    assert periodic.split_by_bytes([1, 1, 1, 100], 2, "diloco") == [[0, 1, 2], [3]]
+    with pytest.raises(ValueError, match="fragments=7 but the model has 6 parameters"):
+        periodic.split_by_bytes(nbytes, 7, "diloco")
 
 
 class _ThreadWorld:

@@ -133,6 +133,29 @@ def check_compression(compression: str, mode: str) -> str:
     return compression
 
 
+def split_by_bytes(nbytes: Sequence[int], parts: int, mode: str) -> List[List[int]]:
+    """The model's parameters (their byte sizes, in the model's order) cut into ``parts``
+    contiguous runs of about equal bytes, none empty, as lists of indices: a run is closed once it
+    brings the total to its share (f + 1) / parts, or when the runs left need every parameter
+    left."""
+    if parts > len(nbytes):
+        raise ValueError("fragments=%d but the model has %d parameters: mode=%r cuts the model "
+                         "between parameters" % (parts, len(nbytes), mode))
+    total = sum(nbytes)
+    out: List[List[int]] = []
+    run: List[int] = []
+    acc = 0
+    for i, n in enumerate(nbytes):
+        run.append(i)
+        acc += n
+        left, parts_left = len(nbytes) - i - 1, parts - len(out) - 1
+        if parts_left > 0 and (acc >= total * (len(out) + 1) / parts or left == parts_left):
+            out.append(run)
+            run = []
+    out.append(run)
+    return out
+
+
 class Schedule:
     """When each fragment's exchange starts and finishes (the module docstring's rule)."""
 

@@ -25,14 +25,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from dadt.common import array_ops, periodic
+from dadt.common.periodic import split_by_bytes
 from dadt.common.diloco import DiLoCoRule, NesterovOuter
 from dadt.common.easgd import EASGDRule
 from dadt.common.local_sgd import LocalSGDRule
 from dadt.common.process_sets import set_size
 from dadt.common.util import Average
 
-# The modes that send less and the knobs each takes (dadt.common.periodic.KNOBS; the same lists as
-# dadt.torch's engines, so that a keyword means the same in every front end).
+# The modes that send less and the knobs each takes (dadt.common.periodic.KNOBS; dadt.torch's
+# engines take the same, so that a keyword means the same in every front end, and local_sgd's
+# `hierarchical`, which needs torch's per-host process sets).
 MODE_KNOBS = {
     "local_sgd": ("sync_every", "warmup_steps", "fragments"),
     "diloco": ("sync_every", "warmup_steps", "fragments", "fragment_sync_delay",
@@ -156,27 +158,6 @@ def _make_outer(ops: NumpyOps, outer: Any):
     return outer
 
 
-def split_by_bytes(nbytes: Sequence[int], parts: int, mode: str) -> List[List[int]]:
-    """Indices 0..len(nbytes)-1 cut into ``parts`` contiguous runs of about equal bytes, none
-    empty (dadt.torch's rule for its parameters)."""
-    if parts > len(nbytes):
-        raise ValueError("fragments=%d but the model has %d variables: mode=%r cuts the model "
-                         "between variables" % (parts, len(nbytes), mode))
-    total = sum(nbytes)
-    out: List[List[int]] = []
-    run: List[int] = []
-    acc = 0
-    for i, n in enumerate(nbytes):
-        run.append(i)
-        acc += n
-        left_vars, left_parts = len(nbytes) - i - 1, parts - len(out) - 1
-        if left_parts > 0 and (acc >= total * (len(out) + 1) / parts or left_vars == left_parts):
-            out.append(run)
-            run = []
-    out.append(run)
-    return out
-
-
 Values = Union[Sequence[np.ndarray], Callable[[], Sequence[np.ndarray]]]
 
 
@@ -195,7 +176,7 @@ class PeriodicEngine:
         self.compression = wire_name(compression)
         self.knobs = check_mode(mode, knobs, self.compression, self._ranks())
         self.shapes = [tuple(int(d) for d in s) for s in shapes]
-        self.dtypes = [np.dtype(d) for d in dtypes]
+        self.dtypes = [_bfloat16() if str(d) == "bfloat16" else np.dtype(d) for d in dtypes]
         if not self.shapes:
             raise ValueError("mode=%r needs at least one trainable variable" % mode)
         sizes = [int(np.prod(s)) for s in self.shapes]
@@ -203,6 +184,8 @@ class PeriodicEngine:
         self.fragments = split_by_bytes([n * d.itemsize for n, d in zip(sizes, self.dtypes)],
                                         self.knobs.get("fragments", 1), mode)
         self.ops = NumpyOps(process_set)
+        # Not named after a variable as dadt.torch does: Keras's generated variable names follow
+        # a per-process counter, which a rank that built one more model has moved on.
         self.name = name or "dadt." + mode
         self.warmup_left = self.knobs.get("warmup_steps", 0)
         self.exchanger = periodic.Exchanger(self._make_rule(), self.ops, self._schedule(),

@@ -90,8 +90,8 @@ class KerasPeriodic:
                 self._pending_state = None
         elif len(variables) != len(self._variables) or any(
                 a is not b for a, b in zip(variables, self._variables)):
-            raise ValueError("DistributedOptimizer(mode=%r) exchanges the %d trainable variables it "
-                             "was first applied to; apply() got a different list of %d"
+            raise ValueError("DistributedOptimizer(mode=%r) exchanges the %d trainable variables "
+                             "it was first applied to; apply() got a different list of %d"
                              % (self.mode, len(self._variables), len(variables)))
         return self.engine
 
@@ -209,6 +209,9 @@ class KerasPeriodic:
     def flush(self) -> None:
         if self.engine is None:
             return
+        if _traced([v.value for v in self._variables]):
+            raise ValueError("flush() runs eagerly: call it outside tf.function / jax.jit (after "
+                             "model.fit, or through callbacks.FlushCallback)")
         changed = self.engine.flush([_read(v) for v in self._variables])
         for i, value in changed.items():
             self._variables[i].assign(value)

@@ -18,7 +18,6 @@ from typing import List
 import torch
 
 from dadt.common import periodic
-from dadt.common.process_sets import set_size
 from dadt.common.util import Average
 from dadt.torch.async_collectives import allgather_async, allreduce_async
 from dadt.torch.functions import broadcast_object
@@ -139,7 +138,9 @@ class PeriodicEngine(ModeEngine):
     def __init__(self, host, params: List[torch.Tensor], knobs: dict, compression: str = "none"):
         self._host = host
         self.knobs = knobs
-        self.fragments = _split_by_bytes(params, knobs.get("fragments", 1), self.name)
+        runs = periodic.split_by_bytes([p.numel() * p.element_size() for p in params],
+                                       knobs.get("fragments", 1), self.name)
+        self.fragments = [[params[i] for i in run] for run in runs]
         self._ops = TorchOps(host.process_set)
         self._warmup_left = knobs.get("warmup_steps", 0)
         # Warm-up is sync mode; its hooks go once it is over.
@@ -252,22 +253,4 @@ def _views(flat, params):
         n = p.numel()
         out.append(flat[at:at + n].view(p.shape))
         at += n
-    return out
-
-
-def _split_by_bytes(params, parts: int, mode: str) -> List[List[torch.Tensor]]:
-    """`params` (layer order) cut into `parts` contiguous runs of about equal bytes, none empty."""
-    if parts > len(params):
-        raise ValueError("fragments=%d but the optimizer has %d parameters: mode=%r cuts the model "
-                         "between parameters" % (parts, len(params), mode))
-    total = sum(p.numel() * p.element_size() for p in params)
-    out, run, acc = [], [], 0
-    for i, p in enumerate(params):
-        run.append(p)
-        acc += p.numel() * p.element_size()
-        left_params, left_parts = len(params) - i - 1, parts - len(out) - 1
-        if left_parts > 0 and (acc >= total * (len(out) + 1) / parts or left_params == left_parts):
-            out.append(run)
-            run = []
-    out.append(run)
     return out
