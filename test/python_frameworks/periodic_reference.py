@@ -232,3 +232,14 @@ def tolerance(kwargs):
     # fp16: the runtime averages float16 values (its rounding is not the reference's).
     return dict(rtol=2e-2, atol=2e-2) if kwargs.get("compression") == "fp16" else \
         dict(rtol=1e-5, atol=1e-5)
+
+
+def digits_split():
+    """scikit-learn's digits as float32 in [0, 1], split as the examples split it:
+    (x_train, x_test, y_train, y_test)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(F32)
+    return train_test_split(x, digits.target, test_size=0.2, random_state=42,
+                            stratify=digits.target)

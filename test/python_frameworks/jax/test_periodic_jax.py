@@ -20,7 +20,7 @@ import pytest  # noqa: E402
 optax = pytest.importorskip("optax")
 
 import dadt.jax as dadt  # noqa: E402
-from periodic_reference import (CASE_IDS, CASES, LR, SHAPES, gradient,  # noqa: E402
+from periodic_reference import (digits_split, CASE_IDS, CASES, LR, SHAPES, gradient,  # noqa: E402
                                  reference_for, start_weights, tolerance)
 
 
@@ -151,13 +151,9 @@ def test_keras_jax_backend_fit():
 
 def test_digits_local_sgd():
     """The digits MLP of examples/jax/train_digits.py in mode local_sgd: >= 0.90 test accuracy."""
-    datasets = pytest.importorskip("sklearn.datasets")
-    from sklearn.model_selection import train_test_split
+    pytest.importorskip("sklearn.datasets")
     n, rank = dadt.size(), dadt.rank()
-    digits = datasets.load_digits()
-    x = (digits.data / 16.0).astype(np.float32)
-    x_train, x_test, y_train, y_test = train_test_split(x, digits.target, test_size=0.2,
-                                                        random_state=42, stratify=digits.target)
+    x_train, x_test, y_train, y_test = digits_split()
     x_shard, y_shard = x_train[rank::n], y_train[rank::n]
     key = jax.random.PRNGKey(42)  # the same initial parameters on every rank
     params = []

@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import dadt.keras as dadt  # noqa: E402
-from periodic_reference import (CASE_IDS, CASES, LR, SHAPES, gradient,  # noqa: E402
+from periodic_reference import (digits_split, CASE_IDS, CASES, LR, SHAPES, gradient,  # noqa: E402
                                  reference_for, start_weights, tolerance)
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
@@ -154,13 +154,9 @@ def test_options_refused():
 
 def test_digits_diloco():
     """The digits MLP of examples/keras/train_digits.py in mode diloco: >= 0.90 test accuracy."""
-    datasets = pytest.importorskip("sklearn.datasets")
-    from sklearn.model_selection import train_test_split
+    pytest.importorskip("sklearn.datasets")
     n, rank = dadt.size(), dadt.rank()
-    digits = datasets.load_digits()
-    x = (digits.data / 16.0).astype(np.float32)
-    x_train, x_test, y_train, y_test = train_test_split(x, digits.target, test_size=0.2,
-                                                        random_state=42, stratify=digits.target)
+    x_train, x_test, y_train, y_test = digits_split()
     rows = len(x_train) // n
     keras.utils.set_random_seed(42)  # the same initial weights on every rank
     model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(128, activation="relu"),

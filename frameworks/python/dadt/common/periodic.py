@@ -28,6 +28,25 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 # Compression.fp16 / bf16 / int8 classes to them).
 COMPRESSIONS = ("none", "fp16", "bf16", "int8")
 
+
+class Int8Compressor:
+    """Every front end's ``Compression.int8``: 8-bit quantization with a scale per exchanged
+    fragment and error feedback, for mode="diloco"'s pseudo-gradient only (Exchanger does it):
+    int8 values cannot be summed in int8, so they travel through an allgather (a quarter of
+    float32's bytes per rank) and are averaged after dequantization. A gradient allreduce refuses
+    it."""
+
+    wire = "int8"
+
+    @staticmethod
+    def compress(tensor):
+        raise ValueError("Compression.int8 is for DistributedOptimizer(mode='diloco'), whose "
+                         "pseudo-gradient goes through an allgather; allreduce cannot sum int8")
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
 # The knobs of the modes that send less, with their defaults (None: the mode's own default).
 KNOBS = {
     "sync_every": None,            # inner steps between exchanges of a fragment (required)

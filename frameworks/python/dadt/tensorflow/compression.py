@@ -6,6 +6,8 @@ less"). Each member's ``wire`` is its name in dadt.common.periodic."""
 
 import tensorflow as tf
 
+from dadt.common.periodic import Int8Compressor
+
 
 class _Identity:
     """Sends tensors unchanged (the default)."""
@@ -51,27 +53,10 @@ class _BFloat16(_Cast):
     dtype = tf.bfloat16
 
 
-class _Int8:
-    """8-bit quantization with a scale per exchanged fragment and error feedback, for
-    mode="diloco"'s pseudo-gradient only: int8 values cannot be summed in int8, so they travel
-    through an allgather and are averaged after dequantization. Gradient allreduces refuse it."""
-
-    wire = "int8"
-
-    @staticmethod
-    def compress(tensor):
-        raise ValueError("Compression.int8 is for DistributedOptimizer(mode='diloco'), whose "
-                         "pseudo-gradient goes through an allgather; allreduce cannot sum int8")
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
 class Compression:
     """Optional compression of what is sent: ``Compression.none`` (default), ``Compression.fp16``,
     ``Compression.bf16``; ``Compression.int8`` for mode="diloco" only."""
     none = _Identity
     fp16 = _HalfPrecision
     bf16 = _BFloat16
-    int8 = _Int8
+    int8 = Int8Compressor

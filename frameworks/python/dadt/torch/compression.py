@@ -2,6 +2,8 @@
 
 import torch
 
+from dadt.common.periodic import Int8Compressor
+
 
 class Compressor:
     """Interface for compressing and decompressing a given tensor."""
@@ -90,23 +92,6 @@ class BF16Compressor(Compressor):
         """Upcasts the tensor to the dtype it was compressed from."""
         return tensor.to(ctx) if ctx.is_floating_point else tensor
 
-
-class Int8Compressor(Compressor):
-    """8-bit quantization with a scale per exchanged fragment and error feedback, for
-    mode="diloco"'s pseudo-gradient only: int8 values cannot be summed in int8, so they travel
-    through an allgather (a quarter of float32's bytes per rank) and are averaged after
-    dequantization (docs/training-modes.md). Gradient modes refuse it."""
-
-    wire = "int8"
-
-    @staticmethod
-    def compress(tensor):
-        raise ValueError("Compression.int8 is for DistributedOptimizer(mode='diloco'), whose "
-                         "pseudo-gradient goes through an allgather; allreduce cannot sum int8")
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
 
 
 class Compression:
