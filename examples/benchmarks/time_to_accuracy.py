@@ -42,17 +42,21 @@ dadtrun exports, MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, to init_process_group(
 torchft's DiLoCo uses the same outer optimizer as dadt's.
 
 Measurement. Every launch trains the same sample budget (--samples windows over all ranks).
-Every --eval-samples samples (a multiple of H steps, so that every periodic method has just
-exchanged its model) rank 0 copies its model's weights (the clock is paused for the copy); the
-copies are evaluated after training, so wall time counts neither evaluation nor startup (import,
-data, connection set-up; torchft's first quorum, which sets up its process group, is taken before
-the clock starts). dadt's modes call flush() after the last step; the point after it (every rank
-holds the same weights; its time includes the flush) is the launch's final one. The model
-evaluated is rank 0's own: identical on every rank for ddp, sync, dear, at exchange steps for
-local_sgd, diloco, post-local SGD and torchft's; rank 0's local model for async, easgd and
-diloco-streaming between flushes.
+Every --eval-samples samples (a whole number of periods H) rank 0 copies its model's weights (the
+clock is paused for the copy); the copies are evaluated after training, so wall time counts
+neither evaluation nor startup (import, data, connection set-up; torchft's first quorum, which
+sets up its process group, is taken before the clock starts). After the last step dadt's modes
+call flush() and post-local SGD averages the weights once more (torch's average_parameters): the
+point after it (every rank holds the same weights; its time includes that exchange) is the
+launch's final one. The model evaluated is rank 0's own: the same on every rank for the DDP rows,
+sync and dear (dear's flush() runs before each copy, timed: it applies the deferred updates that
+the next forward would apply anyway); at evaluation steps, just exchanged, for local_sgd, diloco
+and torchft's two; rank 0's local model for async (one step stale), easgd, diloco-streaming and
+post-local SGD (its averager runs after steps 1, H+1, ...).
 
-Table, per contender: the target is the median over rounds of DDP's final validation loss; time to
+Table, per contender: target A is the median over rounds of DDP's final validation loss (--targets
+adds DDP's loss after a fraction of the budget: B, at half of it by default); a loss within
+--target-tolerance of a target reaches it (fp16's rounding moves DDP's loss by ~1e-7); time to
 target is the first time the loss reaches it, interpolated linearly between evaluation points
 (median over rounds, min .. max); ratios are taken within a round (this launch's time / the
 reference's time in the same round; below 1 is faster) and their median is shown; final loss at
@@ -133,6 +137,11 @@ def parse_args(argv=None):
     p.add_argument("--val-fraction", type=float, default=0.1, help="share of modules held out (default 0.1)")
     p.add_argument("--val-windows", type=int, default=96, help="validation windows (default 96)")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--targets", default="1,0.5",
+                   help="targets: DDP's validation loss at these fractions of the budget (median over rounds); "
+                        "the first is the main table's (default 1,0.5)")
+    p.add_argument("--target-tolerance", type=float, default=1e-3,
+                   help="a loss within this much (nats) of a target reaches it: rounding, as fp16's (default 1e-3)")
     p.add_argument("--link", default=None, help="the link's rate, for the header (e.g. 100mbit)")
     p.add_argument("--launch-timeout", type=int, default=1800, help="seconds per launch before it is stopped")
     p.add_argument("--json", metavar="FILE", help="write every launch's results as JSON (also as they come)")
@@ -148,9 +157,13 @@ def parse_args(argv=None):
             p.error("unknown contender %r (choose from %s)" % (c, ", ".join(CONTENDERS)))
     if args.np is None:
         args.np = sum(int(h.rsplit(":", 1)[1]) if ":" in h else 1 for h in args.hosts.split(",")) if args.hosts else 2
-    if "diloco-streaming" in args.names and args.sync_every % 4:
-        p.error("diloco-streaming needs --sync-every divisible by its 4 fragments")
+    if "diloco-streaming" in args.names and (args.sync_every % 4 or args.sync_every < 8):
+        p.error("diloco-streaming needs --sync-every of at least 8 and divisible by its 4 fragments "
+                "(its fragment_sync_delay 1 must be below sync_every // 4)")
     args.tune_grid = [float(x) for x in args.tune_lrs.split(",") if x]
+    args.target_fractions = [float(x) for x in args.targets.split(",") if x]
+    if not args.target_fractions or not all(0 < f <= 1 for f in args.target_fractions):
+        p.error("--targets takes fractions of the budget in (0, 1], e.g. 1,0.5")
     return args
 
 
@@ -305,6 +318,7 @@ class Family:
     rank = 0
     size = 1
     bytes_sent = None  # a callable where the contender measures it
+    eval_flush = False  # flush() before each evaluation copy (where that leaves the maths unchanged)
 
     def barrier(self):
         pass
@@ -400,6 +414,7 @@ def torchft_family(torch, args, model, inner):
         outer = torch.optim.SGD(model.parameters(), lr=args.outer_lr, momentum=0.9, nesterov=True)
         wrapper = DiLoCo(manager, [model], inner, outer, sync_every=args.sync_every)
     wrapper.__enter__()
+    fam.keep = (lighthouse, store, manager, wrapper)  # the Lighthouse and store live as long as the job
 
     def finish():
         wrapper.__exit__(None, None, None)
@@ -442,6 +457,9 @@ def dadt_family(torch, args, model, inner):
         return True
 
     fam.flush = flush
+    # dear applies each bucket's update in the next forward: rank 0's weights between steps lack
+    # part of the last update, and its flush() applies it, which the next forward would do anyway.
+    fam.eval_flush = kind == "dear"
     fam.finish = dadt.shutdown
     return fam, model, opt
 
@@ -486,6 +504,8 @@ def worker(args):
         opt.step()
         opt.zero_grad()
         if step % args.eval_every == 0:
+            if fam.eval_flush:
+                fam.flush()  # counted: dear's deferred updates, the same maths as before the next forward
             t = time.perf_counter()
             snapshot(step, t - started - paused)
             paused += time.perf_counter() - t
@@ -641,33 +661,56 @@ def wire_bytes(result, args):
     return computed_bytes(result["contender"], result["params"], result["shapes"], n, steps, args), "computed"
 
 
+def loss_at(points, samples):
+    """The validation loss of a run at `samples`, linear between its evaluation points (by samples)."""
+    pts = sorted((p for p in points if p.get("tag", "step") == "step"), key=lambda p: p["samples"])
+    for a, b in zip(pts, pts[1:]):
+        if a["samples"] <= samples <= b["samples"]:
+            return a["val_loss"] + (b["val_loss"] - a["val_loss"]) * (samples - a["samples"]) / (b["samples"] - a["samples"])
+    return pts[-1]["val_loss"] if pts and samples >= pts[-1]["samples"] else None
+
+
+def targets_of(runs, fractions):
+    """[(fraction, loss)]: DDP's loss after that fraction of the budget, the median over rounds (at
+    the whole budget its final loss)."""
+    ddp = [r["ddp"] for r in runs if "final_loss" in r.get("ddp", {})]
+    if not ddp:
+        return []
+    out = []
+    for f in fractions:
+        losses = [x["final_loss"] if f == 1 else loss_at(x["points"], f * x["samples"]) for x in ddp]
+        out.append((f, statistics.median(losses)))
+    return out
+
+
 def summarize(runs, names, args):
-    """Per contender: the figures of the table, medians over the rounds that have them."""
-    med = statistics.median
-    ddp_finals = [r["ddp"]["final_loss"] for r in runs if "final_loss" in r.get("ddp", {})]
-    target = med(ddp_finals) if ddp_finals else None
+    """(targets, rows): per contender the figures of the tables, over the rounds that have them;
+    row["times"][k] and row["vs_<ref>"][k] belong to targets[k]."""
+    targets = targets_of(runs, getattr(args, "target_fractions", [1.0]))
+    tol = getattr(args, "target_tolerance", 0.0)
     rows = {}
     for name in names:
         ok = [r[name] for r in runs if "final_loss" in r.get(name, {})]
         errors = [r[name]["error"] for r in runs if "error" in r.get(name, {})]
-        row = {"runs": len(ok), "errors": errors}
+        row = {"runs": len(ok), "errors": errors, "times": [], **{"vs_" + ref: [] for ref in REFERENCES}}
         rows[name] = row
         if not ok:
             continue
-        times = [time_to_target(x["points"], target) if target is not None else None for x in ok]
-        reached = [t for t in times if t is not None]
         row.update(lr=ok[0]["lr"], final=[x["final_loss"] for x in ok], wall=[x["wall_s"] for x in ok],
-                   reached=len(reached), times=reached, bytes=wire_bytes(ok[0], args))
-        for ref in REFERENCES:
-            ratios = []
-            for r in runs:
-                mine, theirs = r.get(name, {}), r.get(ref, {})
-                if "points" in mine and "points" in theirs and target is not None:
-                    a, b = time_to_target(mine["points"], target), time_to_target(theirs["points"], target)
-                    if a is not None and b:
-                        ratios.append(a / b)
-            row["vs_" + ref] = ratios
-    return target, rows
+                   bytes=wire_bytes(ok[0], args))
+        for _, loss in targets:
+            goal = loss + tol
+            row["times"].append([t for t in (time_to_target(x["points"], goal) for x in ok) if t is not None])
+            for ref in REFERENCES:
+                ratios = []
+                for r in runs:
+                    mine, theirs = r.get(name, {}), r.get(ref, {})
+                    if "points" in mine and "points" in theirs:
+                        a, b = time_to_target(mine["points"], goal), time_to_target(theirs["points"], goal)
+                        if a is not None and b:
+                            ratios.append(a / b)
+                row["vs_" + ref].append(ratios)
+    return targets, rows
 
 
 def spread(v, fmt="%.1f"):
@@ -678,11 +721,22 @@ def ratio_cell(v):
     return "%.2fx (%.2f .. %.2f)" % (statistics.median(v), min(v), max(v)) if v else "-"
 
 
+def time_cells(row, k):
+    """(median, min .. max) of the time to target k, or why there is none."""
+    times = row["times"][k]
+    if len(times) == row["runs"]:
+        return "%.1f" % statistics.median(times), spread(times)
+    if times:
+        return "reached in %d/%d" % (len(times), row["runs"]), spread(times)
+    return "not reached", "-"
+
+
 def report(args, saved):
-    runs, names = saved["runs"], [n for n in saved["args"]["names"] if any(n in r for r in runs)]
+    runs = saved["runs"]
+    names = [n for n in saved["args"]["names"] if any(n in r for r in runs)]
     if not runs:
         return
-    target, rows = summarize(runs, names, args)
+    targets, rows = summarize(runs, names, args)
     first = next((x for r in runs for x in r.values() if "params" in x), None)
     a = saved["args"]
     print("\n### Time to accuracy: %d ranks on %s, link %s, %d round(s)" % (
@@ -694,38 +748,49 @@ def report(args, saved):
                   first["train_files"], first["val_files"], first["val_bytes"] / 1e6, a["val_windows"],
                   a["context"], a["layers"], a["d_model"], first["params"] / 1e6, first["params"] * 4 / 1e6,
                   a["batch"], first["steps"], first["samples"], saved.get("eval_every", 0), a["sync_every"]))
-    print("target: %s (the median over rounds of DDP's final validation loss, nats per byte)\n"
-          % ("%.4f" % target if target is not None else "none: no DDP launch finished"))
-    print("| contender | lr | time to target, s (median) | min .. max | vs ddp | vs torchft-diloco | "
-          "vs post-local-sgd | final val loss (median) | min .. max | wall at budget, s | MB/rank/step |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for name in names:
-        row = rows[name]
-        if not row["runs"]:
-            why = row["errors"][0] if row["errors"] else "not run"
-            print("| %s | n/a (%s) | | | | | | | | | |" % (name, why.replace("|", "/")[:160]))
-            continue
-        if row["reached"] == row["runs"]:
-            ttt, rng = "%.1f" % statistics.median(row["times"]), spread(row["times"])
-        elif row["reached"]:
-            ttt, rng = "reached in %d/%d" % (row["reached"], row["runs"]), spread(row["times"])
+    tol = getattr(args, "target_tolerance", 0.0)
+    if not targets:
+        print("no target: no DDP launch finished")
+    for k, (frac, loss) in enumerate(targets):
+        print("\ntarget %s: %.4f + %g (DDP's validation loss, nats per byte, %s, median over rounds)\n" % (
+            "ABCDEFGH"[k], loss, tol, "at the whole budget" if frac == 1 else "after %g of the budget" % frac))
+        head = "| contender | lr | time to target %s, s (median) | min .. max | vs ddp | vs torchft-diloco | " \
+               "vs post-local-sgd |" % "ABCDEFGH"[k]
+        if k == 0:
+            print(head + " final val loss (median) | min .. max | wall at budget, s | MB/rank/step |")
+            print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         else:
-            ttt, rng = "not reached", "-"
-        mb, how = row["bytes"]
-        print("| %s | %g | %s | %s | %s | %s | %s | %.4f | %s | %.1f | %.2f (%s) |" % (
-            name, row["lr"], ttt, rng, ratio_cell(row["vs_ddp"]), ratio_cell(row["vs_torchft-diloco"]),
-            ratio_cell(row["vs_post-local-sgd"]), statistics.median(row["final"]), spread(row["final"], "%.4f"),
-            statistics.median(row["wall"]), mb / 1e6, how))
+            print(head + "\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for name in names:
+            row = rows[name]
+            if not row["runs"]:
+                why = row["errors"][0] if row["errors"] else "not run"
+                print("| %s | n/a (%s) |%s" % (name, why.replace("|", "/")[:160], " |" * (9 if k == 0 else 5)))
+                continue
+            ttt, rng = time_cells(row, k)
+            cells = [name, "%g" % row["lr"], ttt, rng] + [ratio_cell(row["vs_" + ref][k]) for ref in REFERENCES]
+            if k == 0:
+                mb, how = row["bytes"]
+                cells += ["%.4f" % statistics.median(row["final"]), spread(row["final"], "%.4f"),
+                          "%.1f" % statistics.median(row["wall"]), "%.2f (%s)" % (mb / 1e6, how)]
+            print("| " + " | ".join(cells) + " |")
     failed = {n: rows[n]["errors"] for n in names if rows[n]["errors"] and rows[n]["runs"]}
     for n, errs in failed.items():
         print("\n%s failed in %d round(s): %s" % (n, len(errs), errs[0]))
-    print("\nNotes: times exclude startup and evaluation; ratios are per round (the contender's time to target "
-          "/ the reference's in the same round; < 1 is faster), median (min .. max). The model evaluated is rank "
-          "0's own, at evaluation steps that are multiples of H; dadt's modes and post-local-sgd add a point after "
-          "a final exchange (flush(); its time includes it). MB/rank/step: 'measured' is the optimizer's bytes_sent (payload) x "
-          "2(n-1)/n; 'computed' is model bytes x fraction x frequency x 2(n-1)/n (ring allreduce). Learning "
-          "rates: %s." % ("tuned per contender with --tune (table above)" if saved.get("tuning") else
-                          "from %s" % a["lrs_from"] if a.get("lrs_from") else "%g for every contender" % a["lr"]))
+    lrs = ("tuned per contender with --tune (table above)" if saved.get("tuning") else "tuned with --tune in "
+           "%s" % a["lrs_from"] if a.get("lrs_from") else "%g for every contender" % a["lr"])
+    print("\nNotes: time to target and wall exclude startup and evaluation; a target is reached at the first loss "
+          "within the tolerance of it, interpolated between evaluation points. Ratios are per round (the "
+          "contender's time to target / the reference's in the same round; < 1 is faster): median (min .. max).\n"
+          "The model evaluated is rank 0's own, copied every %d steps (multiples of H); dadt's modes and "
+          "post-local-sgd add a point after a final exchange (flush(); its time includes it), dear flushes its "
+          "deferred updates before each copy; the final loss is the last point's.\n"
+          "MB/rank/step: 'measured' is the optimizer's bytes_sent (payload, final flush included) x 2(n-1)/n; "
+          "'computed' is model bytes x fraction x frequency x 2(n-1)/n (ring allreduce).\n"
+          "Learning rates (AdamW; DiLoCo's outer SGD lr %g, Nesterov 0.9): %s.%s" % (
+              saved.get("eval_every", 0), a["outer_lr"], lrs,
+              "" if a.get("powersgd_start_iter") is None else
+              " PowerSGD compresses from step %d (start_powerSGD_iter)." % a["powersgd_start_iter"]))
 
 
 def plot(args, saved):
@@ -746,9 +811,9 @@ def plot(args, saved):
                     marker=".", linewidth=1, alpha=0.85, label=name if first else None,
                     linestyle="--" if CONTENDERS[name][0] != "dadt" else "-")
             first = False
-    target, _ = summarize(runs, names, args)
-    if target is not None:
-        ax.axhline(target, color="gray", linewidth=0.8, linestyle=":", label="target (DDP at budget)")
+    for k, (frac, loss) in enumerate(targets_of(runs, getattr(args, "target_fractions", [1.0]))):
+        ax.axhline(loss, color="gray", linewidth=0.8, linestyle=":" if k == 0 else "-.",
+                   label="target %s (DDP at %g of the budget)" % ("ABCDEFGH"[k], frac))
     a = saved["args"]
     ax.set_xlabel("wall time, s (startup and evaluation excluded)")
     ax.set_ylabel("validation loss, nats per byte")
@@ -774,7 +839,7 @@ def from_json(args):
         sys.exit("time_to_accuracy: cannot read %s (%s: %s); --from-json takes a file written by --json"
                  % (args.from_json, type(e).__name__, e))
     for key, value in saved["args"].items():  # the figures of the saved run, not today's defaults
-        if key not in ("from_json", "plot", "json"):
+        if key not in ("from_json", "plot", "json", "targets", "target_fractions", "target_tolerance"):
             setattr(args, key, value)
     if saved.get("tuning"):
         print_tuning(saved["tuning"], chosen_lrs(saved["tuning"]))

@@ -58,6 +58,7 @@ class Reference:
         self.theta, self.m, self.center, self.error = {}, {}, {}, {}
         self.in_flight = {}     # fragment -> average not applied yet
         self.flushed_at = 0
+        self.landed_at = {}     # fragment -> s when its exchange landed
 
     # -- helpers -----------------------------------------------------------------------------------
     def _get(self, r, f):
@@ -136,6 +137,7 @@ class Reference:
         if f not in self.in_flight:
             return
         average = self.in_flight.pop(f)
+        self.landed_at[f] = self.s
         if self.mode == "local_sgd":
             for r in range(self.n):
                 self._set(r, f, average)
@@ -194,9 +196,14 @@ class Reference:
         if self.s == self.flushed_at or not self.begun:
             return
         self.flushed_at = self.s
-        for f in range(len(self.groups)):
+        # Local SGD, and DiLoCo with alpha 0, leave every rank on the same weights when an
+        # exchange lands: a fragment that landed at this step is not exchanged again.
+        settled = self.mode == "local_sgd" or (self.mode == "diloco" and self.alpha == 0)
+        due = [f for f in range(len(self.groups))
+               if not (settled and self.landed_at.get(f) == self.s)]
+        for f in due:
             self._start(f)
-        for f in range(len(self.groups)):
+        for f in due:
             self._finish(f, final=True)
 
 
@@ -205,6 +212,7 @@ CASES = [
     ("local_sgd", dict(mode="local_sgd", sync_every=3, warmup_steps=2), 8),
     ("local_sgd_fragments", dict(mode="local_sgd", sync_every=4, fragments=2), 9),
     ("diloco", dict(mode="diloco", sync_every=3, warmup_steps=1), 8),
+    ("diloco_lands_last", dict(mode="diloco", sync_every=3), 6),
     ("diloco_streaming_int8", dict(mode="diloco", sync_every=4, fragments=2,
                                    fragment_sync_delay=1, fragment_update_alpha=0.5,
                                    outer_optimizer={"lr": 0.5, "momentum": 0.8,

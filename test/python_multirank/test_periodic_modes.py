@@ -63,7 +63,7 @@ def _reference(mode, size, steps, every, fragments=1, delay=0, warmup=0, alpha=0
     frags = FRAGMENTS[fragments]
     rate = 0.9 / size if rate is None else rate
     outer = _Nesterov()
-    sent, history = {}, []
+    sent, history, landed_at = {}, [], {}
     if mode == "easgd":
         delay = every if asynchronous else 0
     center = None
@@ -92,6 +92,7 @@ def _reference(mode, size, steps, every, fragments=1, delay=0, warmup=0, alpha=0
                 sl = frags[f]
                 if f not in sent:
                     return
+                landed_at[f] = s
                 avg = sum(sent.pop(f)) / size
                 if mode == "local_sgd":
                     for xr in x:
@@ -118,8 +119,12 @@ def _reference(mode, size, steps, every, fragments=1, delay=0, warmup=0, alpha=0
         return history, None
     for f in sorted(sent):
         finish(f)
+    s = steps - warmup
     for f in range(fragments):
         sl = frags[f]
+        if mode == "local_sgd" or (mode == "diloco" and alpha == 0):
+            if landed_at.get(f) == s:
+                continue  # every rank holds the same weights since this step's exchange
         if mode == "diloco":
             avg = sum(synced[sl] - xr[sl] for xr in x) / size
             synced[sl] = outer.step(f, synced[sl], avg)
@@ -179,6 +184,22 @@ def test_weights_follow_the_equations(world, mode, knobs):
     assert torch.allclose(final, expected_final[world.rank], rtol=1e-12, atol=1e-12)
     assert_rows_identical(gather_rows(final, name="periodic.final.%s.%s" % (mode, sorted(knobs))),
                           "weights after flush()")
+
+
+def test_flush_right_after_an_exchange_changes_nothing(world):
+    """DiLoCo's last exchange landed at the last step: every rank is on theta, and another outer
+    step would only apply the outer momentum, so flush() leaves the weights as they are."""
+    model = _Dots()
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
+                                    named_parameters=model.named_parameters(), mode="diloco",
+                                    sync_every=4)
+    for t in range(8):
+        opt.zero_grad()
+        model(_grad(world.rank, t)).backward()
+        opt.step()
+    landed = [p.detach().clone() for p in model.parameters()]
+    opt.flush()
+    assert all(torch.equal(a, p) for a, p in zip(landed, model.parameters()))
 
 
 def test_second_flush_changes_nothing(world):

@@ -76,7 +76,9 @@ def test_arguments():
 
 
 def _pts(*pairs):
-    return [{"wall_s": w, "val_loss": l, "step": i, "samples": i, "tag": "step"} for i, (w, l) in enumerate(pairs)]
+    """Evaluation points every 50 steps (1600 samples of a 3200-sample budget on two ranks)."""
+    return [{"wall_s": w, "val_loss": l, "step": 50 * i, "samples": 1600 * i, "tag": "step"}
+            for i, (w, l) in enumerate(pairs)]
 
 
 def test_time_to_target_interpolates_between_evaluations():
@@ -112,7 +114,7 @@ def _result(name, points, final, params=1000, sent=None):
 
 
 def _saved(tmp_path):
-    args = vars(tta.parse_args(["--contenders", "ddp,torchft-diloco,post-local-sgd,local_sgd,async",
+    args = vars(tta.parse_args(["--contenders", "ddp,ddp-fp16,torchft-diloco,post-local-sgd,local_sgd,async",
                                 "--rounds", "2"]))
     runs = []
     for k in (1.0, 2.0):  # round 2 runs twice as slow: the ratios within a round stay the same
@@ -122,6 +124,8 @@ def _saved(tmp_path):
             "post-local-sgd": _result("post-local-sgd", _pts((0, 5.0), (25 * k, 3.0), (50 * k, 2.0)), 2.0),
             "local_sgd": _result("local_sgd", _pts((0, 5.0), (10 * k, 3.0), (20 * k, 1.9)), 1.9, sent=24000),
             "async": {"error": "exit 1: ValueError: boom"},
+            # fp16's rounding: 1e-7 above DDP's loss is within the default tolerance of the target
+            "ddp-fp16": _result("ddp-fp16", _pts((0, 5.0), (30 * k, 3.0), (60 * k, 2.0000001)), 2.0000001),
         })
     path = tmp_path / "run.json"
     path.write_text(json.dumps({"args": args, "runs": runs, "eval_every": 20}))
@@ -130,7 +134,7 @@ def _saved(tmp_path):
 
 def _rows(out):
     rows = {}
-    for line in out.splitlines():
+    for line in out.split("target B")[0].splitlines():  # the main table (target A)
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("| ") and cells[0] not in ("contender", "---"):
             rows[cells[0]] = cells[1:]
@@ -139,11 +143,13 @@ def _rows(out):
 
 def test_from_json_prints_target_ratios_and_failures(tmp_path):
     png = tmp_path / "loss.png"
+    saved = _saved(tmp_path)
     proc = subprocess.run([sys.executable, os.path.join(BENCH, "time_to_accuracy.py"), "--from-json",
-                           str(_saved(tmp_path)), "--plot", str(png)],
+                           str(saved), "--plot", str(png), "--target-tolerance", "0"],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout
-    assert "target: 2.0000" in proc.stdout
+    assert "target A: 2.0000 + 0 " in proc.stdout
+    assert "target B: 3.0000 + 0 " in proc.stdout  # DDP's loss after half of the budget
     rows = _rows(proc.stdout)
     # columns: lr, time to target, min..max, vs ddp, vs torchft-diloco, vs post-local-sgd, final, ...
     assert rows["ddp"][1] == "150.0" and rows["ddp"][2] == "100.0 .. 200.0"
@@ -156,7 +162,12 @@ def test_from_json_prints_target_ratios_and_failures(tmp_path):
     # measured: 24000 payload bytes over 100 steps, x 2(n-1)/n = 1 on two ranks
     assert rows["local_sgd"][-1] == "0.00 (measured)" and rows["ddp"][-1].endswith("(computed)")
     assert rows["async"][0].startswith("n/a (exit 1: ValueError: boom")
+    assert rows["ddp-fp16"][1] == "not reached"  # no tolerance: 1e-7 above is above
     assert png.stat().st_size > 0
+    # With the default tolerance (1e-3 nats) fp16's rounding reaches the target.
+    out = subprocess.run([sys.executable, os.path.join(BENCH, "time_to_accuracy.py"), "--from-json", str(saved)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120).stdout
+    assert _rows(out)["ddp-fp16"][1] == "90.0"  # median of 59.97 and 119.94 s: 30 k + 30 k * 0.999
 
 
 def test_chosen_learning_rates_skip_failed_trials():

@@ -68,6 +68,7 @@ class DiLoCoRule(Rule):
     def __init__(self, ops, outer, alpha: float = 0.0):
         super().__init__(ops)
         self.outer, self.alpha = outer, float(alpha)
+        self.settled_by_land = self.alpha == 0.0  # every rank takes theta
 
     def send(self, f, x):
         return self.kept[f] - x, None

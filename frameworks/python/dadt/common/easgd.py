@@ -10,8 +10,9 @@ SGD", the synchronous form of its eq. 5-6):
 
 both from the values before the exchange. Asynchronous (``asynchronous=True``, the distributed-TF
 guide's AEASGD): the allreduce of round k runs during the next tau inner steps and the centre is
-updated at round k+1, just before its pull; the pull uses a centre one period old, and no rank
-ever waits for the network unless an allreduce takes longer than tau steps. EAMSGD is this rule
+updated at round k+1, just before its pull. The synchronous form first reads that centre at the
+same pull, so the two compute the same weights to the bit; the asynchronous one only stops
+waiting: no rank waits for the network unless an allreduce takes longer than tau steps. EAMSGD is this rule
 with the wrapped optimizer SGD(momentum=delta, nesterov=True), the paper's Algorithm 2 in
 torch's form. Sends 1x the model every tau steps; memory: the centre (1x the model).
 """

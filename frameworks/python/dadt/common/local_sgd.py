@@ -21,6 +21,7 @@ class LocalSGDRule(Rule):
     reset rolls back (the steps since are lost, as torchft's LocalSGD discards them)."""
 
     kept_name = "synced"
+    settled_by_land = True  # every rank takes the average
 
     def send(self, f, x):
         return self.ops.clone(x), None

@@ -203,6 +203,9 @@ class Rule:
     and the wrapped optimizer."""
 
     kept_name = "kept"
+    # Whether every rank holds the same weights of a fragment once its exchange has landed (then
+    # flush() right after a landing has nothing to exchange).
+    settled_by_land = False
 
     def __init__(self, ops: ArrayOps):
         self.ops = ops
@@ -254,6 +257,7 @@ class Exchanger:
         self.bytes_sent = 0           # payload bytes this rank handed to collectives
         self._flushed_at = 0          # self.steps at the last flush
         self._begun = False           # rule.begin done (the first inner step has run)
+        self._landed_at: Dict[int, int] = {}   # fragment -> self.steps when its exchange landed
 
     # -- the schedule ------------------------------------------------------------------------------
     def before_step(self, read: Callable[[int], Any]) -> None:
@@ -285,13 +289,24 @@ class Exchanger:
         if self.steps == self._flushed_at or not self._begun:
             return  # nothing trained since the last flush: a second flush changes nothing
         self._flushed_at = self.steps
+        # A fragment whose exchange landed at this very step, under a rule whose landing leaves
+        # every rank on the weights it keeps, is in sync already: it takes those weights again
+        # (bit for bit, whatever rounding the front end's write made) and is not exchanged
+        # (another DiLoCo outer step would move it by the outer momentum alone).
+        due = []
         for f in range(self.schedule.fragments):
+            if self.rule.settled_by_land and self._landed_at.get(f) == self.steps:
+                write(f, self.ops.clone(self.rule.kept[f]))
+            else:
+                due.append(f)
+        for f in due:
             self._start(f, read(f), write)
-        for f in range(self.schedule.fragments):
+        for f in due:
             x = read(f)
             new = self.rule.final(f, x, self._receive(f, x))
             if new is not None:
                 write(f, new)
+            self._landed_at[f] = self.steps
             self.rounds += 1
 
     # -- one exchange ------------------------------------------------------------------------------
@@ -309,6 +324,7 @@ class Exchanger:
         new = self.rule.land(f, x, average)
         if new is not None:
             write(f, new)
+        self._landed_at[f] = self.steps
         self.rounds += 1
 
     def _submit(self, f: int, payload):
@@ -355,7 +371,8 @@ class Exchanger:
         for f in sorted(self._in_flight):
             self._landed[f] = self._receive(f, None)
         return {"steps": self.steps, "rounds": self.rounds, "flushed_at": self._flushed_at,
-                "begun": self._begun, "rule": self.rule.state(),
+                "begun": self._begun, "landed_at": dict(self._landed_at),
+                "rule": self.rule.state(),
                 "error": {f: self.ops.clone(e) for f, e in self._error.items()},
                 "landed": {f: self.ops.clone(a) for f, a in self._landed.items()}}
 
@@ -366,6 +383,7 @@ class Exchanger:
         self.steps, self.rounds = int(state["steps"]), int(state["rounds"])
         self._flushed_at = int(state.get("flushed_at", 0))
         self._begun = bool(state.get("begun", False))
+        self._landed_at = {int(f): int(s) for f, s in state.get("landed_at", {}).items()}
         self.rule.load_state(state["rule"])
         self._error = {int(f): e for f, e in state.get("error", {}).items()}
         self._landed = {int(f): a for f, a in state.get("landed", {}).items()}

@@ -4,7 +4,8 @@
     x_i <- x_i - alpha (x_i - c);   c <- c + n alpha (mean_j x_j - c)     every sync_every steps
 
 asynchronous=True: the centre's allreduce overlaps the next sync_every inner steps and lands
-just before the next pull. EAMSGD: wrap torch.optim.SGD(momentum=..., nesterov=True).
+just before the next pull, the first to read it: the same weights as the synchronous form, with
+the wait gone. EAMSGD: wrap torch.optim.SGD(momentum=..., nesterov=True).
 """
 
 from dadt.common import periodic
