@@ -37,6 +37,7 @@ dadtrun exports, MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, to init_process_group(
   local_sgd         mode="local_sgd", sync_every=H, warmup_steps=0
   diloco            mode="diloco", sync_every=H, outer SGD(lr 0.7, momentum 0.9, nesterov)
   diloco-streaming  the same with fragments=4, fragment_sync_delay=1
+  diloco-int8       streaming, and the pseudo-gradient as int8 (Compression.int8, error feedback)
   easgd             mode="easgd", sync_every=H
   easgd-async       mode="easgd", sync_every=H, asynchronous=True
 torchft's DiLoCo uses the same outer optimizer as dadt's.
@@ -53,6 +54,11 @@ sync and dear (dear's flush() runs before each copy, timed: it applies the defer
 the next forward would apply anyway); at evaluation steps, just exchanged, for local_sgd, diloco
 and torchft's two; rank 0's local model for async (one step stale), easgd, diloco-streaming and
 post-local SGD (its averager runs after steps 1, H+1, ...).
+
+--overrun K lets the periodic contenders (post-local SGD, torchft's two, dadt's modes that send
+less) train K times the budget: cheaper per step but behind at equal samples, they may still reach
+DDP's final loss sooner; their loss at equal samples and their wall time at the budget are read at
+the budget's evaluation point.
 
 Table, per contender: target A is the median over rounds of DDP's final validation loss (--targets
 adds DDP's loss after a fraction of the budget: B, at half of it by default); a loss within
@@ -96,12 +102,13 @@ CONTENDERS = {
     "local_sgd": ("dadt", "mode=local_sgd(H)"),
     "diloco": ("dadt", "mode=diloco(H)"),
     "diloco-streaming": ("dadt", "mode=diloco(H), fragments 4, delay 1"),
+    "diloco-int8": ("dadt", "mode=diloco(H), fragments 4, delay 1, Compression.int8"),
     "easgd": ("dadt", "mode=easgd(H)"),
     "easgd-async": ("dadt", "mode=easgd(H), asynchronous"),
 }
 REFERENCES = ("ddp", "torchft-diloco", "post-local-sgd")  # the ratio columns
 PERIODIC = ("post-local-sgd", "torchft-localsgd", "torchft-diloco", "local_sgd", "diloco",
-            "diloco-streaming", "easgd", "easgd-async")
+            "diloco-streaming", "diloco-int8", "easgd", "easgd-async")
 VOCAB = 256
 SKIP_DIRS = ("site-packages", "dist-packages", "__pycache__")
 
@@ -115,6 +122,11 @@ def parse_args(argv=None):
     p.add_argument("--dadtrun-args", default="", help="extra dadtrun arguments")
     p.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated subset (default all)")
     p.add_argument("--rounds", type=int, default=3, help="launches per contender, round-robin (default 3)")
+    p.add_argument("--overrun", type=float, default=1.0,
+                   help="the periodic contenders (post-local SGD, torchft's, dadt's modes that send less) "
+                        "train this many times the budget, so that one that is cheaper per step but "
+                        "behind at equal samples can still reach the target; their loss at equal samples "
+                        "is read at the budget (default 1)")
     p.add_argument("--samples", type=int, default=16384, help="sample budget: windows over all ranks")
     p.add_argument("--eval-samples", type=int, default=2048, help="samples between evaluation points")
     p.add_argument("--batch", type=int, default=16, help="windows per rank per step (default 16)")
@@ -157,8 +169,8 @@ def parse_args(argv=None):
             p.error("unknown contender %r (choose from %s)" % (c, ", ".join(CONTENDERS)))
     if args.np is None:
         args.np = sum(int(h.rsplit(":", 1)[1]) if ":" in h else 1 for h in args.hosts.split(",")) if args.hosts else 2
-    if "diloco-streaming" in args.names and (args.sync_every % 4 or args.sync_every < 8):
-        p.error("diloco-streaming needs --sync-every of at least 8 and divisible by its 4 fragments "
+    if {"diloco-streaming", "diloco-int8"} & set(args.names) and (args.sync_every % 4 or args.sync_every < 8):
+        p.error("diloco-streaming and diloco-int8 need --sync-every of at least 8 and divisible by its 4 fragments "
                 "(its fragment_sync_delay 1 must be below sync_every // 4)")
     args.tune_grid = [float(x) for x in args.tune_lrs.split(",") if x]
     args.target_fractions = [float(x) for x in args.targets.split(",") if x]
@@ -439,12 +451,13 @@ def dadt_family(torch, args, model, inner):
     elif kind == "local_sgd":
         opt = dadt.DistributedOptimizer(inner, named_parameters=named, mode="local_sgd", sync_every=H, warmup_steps=0)
     elif kind.startswith("diloco"):
-        streaming = kind == "diloco-streaming"
+        streaming = kind in ("diloco-streaming", "diloco-int8")
         outer = torch.optim.SGD(model.parameters(), lr=args.outer_lr, momentum=0.9, nesterov=True)
         opt = dadt.DistributedOptimizer(inner, named_parameters=named, mode="diloco", sync_every=H,
                                         outer_optimizer=outer, fragments=4 if streaming else 1,
                                         fragment_sync_delay=1 if streaming else 0,
-                                        compression=dadt.Compression.none)
+                                        compression=dadt.Compression.int8 if kind == "diloco-int8"
+                                        else dadt.Compression.none)
     else:
         opt = dadt.DistributedOptimizer(inner, named_parameters=named, mode="easgd", sync_every=H,
                                         asynchronous=kind == "easgd-async")
@@ -661,6 +674,17 @@ def wire_bytes(result, args):
     return computed_bytes(result["contender"], result["params"], result["shapes"], n, steps, args), "computed"
 
 
+def at_budget(result, key, budget_samples):
+    """A run's final `key` ("val_loss" or "wall_s"), or, for a run trained past the budget
+    (--overrun), its value at the budget's evaluation point."""
+    if budget_samples is None or result["samples"] <= budget_samples:
+        return result["final_loss"] if key == "val_loss" else result["wall_s"]
+    for p in result["points"]:
+        if p.get("tag", "step") == "step" and p["samples"] == budget_samples:
+            return p[key]
+    return loss_at(result["points"], budget_samples) if key == "val_loss" else None
+
+
 def loss_at(points, samples):
     """The validation loss of a run at `samples`, linear between its evaluation points (by samples)."""
     pts = sorted((p for p in points if p.get("tag", "step") == "step"), key=lambda p: p["samples"])
@@ -696,8 +720,9 @@ def summarize(runs, names, args):
         rows[name] = row
         if not ok:
             continue
-        row.update(lr=ok[0]["lr"], final=[x["final_loss"] for x in ok], wall=[x["wall_s"] for x in ok],
-                   bytes=wire_bytes(ok[0], args))
+        budget = getattr(args, "budget_samples", None)
+        row.update(lr=ok[0]["lr"], final=[at_budget(x, "val_loss", budget) for x in ok],
+                   wall=[at_budget(x, "wall_s", budget) for x in ok], bytes=wire_bytes(ok[0], args))
         for _, loss in targets:
             goal = loss + tol
             row["times"].append([t for t in (time_to_target(x["points"], goal) for x in ok) if t is not None])
@@ -733,6 +758,7 @@ def time_cells(row, k):
 
 def report(args, saved):
     runs = saved["runs"]
+    args.budget_samples = saved.get("budget_samples")
     names = [n for n in saved["args"]["names"] if any(n in r for r in runs)]
     if not runs:
         return
@@ -748,6 +774,9 @@ def report(args, saved):
                   first["train_files"], first["val_files"], first["val_bytes"] / 1e6, a["val_windows"],
                   a["context"], a["layers"], a["d_model"], first["params"] / 1e6, first["params"] * 4 / 1e6,
                   a["batch"], first["steps"], first["samples"], saved.get("eval_every", 0), a["sync_every"]))
+    if a.get("overrun", 1.0) != 1.0:
+        print("the periodic contenders (%s) trained %gx the budget; their final loss and wall are read at the "
+              "budget" % (", ".join(n for n in names if n in PERIODIC), a["overrun"]))
     tol = getattr(args, "target_tolerance", 0.0)
     if not targets:
         print("no target: no DDP launch finished")
@@ -866,12 +895,15 @@ def driver(args):
     if args.tune:
         lrs = tune(args, saved)
         print_tuning(saved["tuning"], lrs)
+    saved["budget_samples"] = steps * args.batch * args.np
+    longer = eval_every * max(1, math.ceil(steps * args.overrun / eval_every))
     for r in range(args.rounds):
         order = args.names[r % len(args.names):] + args.names[:r % len(args.names)]
         print("round %d/%d: %s" % (r + 1, args.rounds, ", ".join(order)), file=sys.stderr, flush=True)
         saved["runs"].append({})
         for name in order:
-            saved["runs"][-1][name] = launch(args, name, lrs.get(name, args.lr), steps, eval_every)
+            saved["runs"][-1][name] = launch(args, name, lrs.get(name, args.lr),
+                                             longer if name in PERIODIC else steps, eval_every)
             save(args, saved)
     report(args, saved)
     if args.plot and saved["runs"]:
