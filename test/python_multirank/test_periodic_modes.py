@@ -137,11 +137,17 @@ def _reference(mode, size, steps, every, fragments=1, delay=0, warmup=0, alpha=0
     return history, [xr.clone() for xr in x]
 
 
-def _train(world, mode, steps, flush=True, **knobs):
+def _make(mode, momentum=0.0, **knobs):
+    """A _Dots model and its DistributedOptimizer over SGD(lr=LR, momentum)."""
     model = _Dots()
-    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR, momentum=momentum),
                                     named_parameters=model.named_parameters(), mode=mode,
                                     model=model, **knobs)
+    return model, opt
+
+
+def _train(world, mode, steps, flush=True, **knobs):
+    model, opt = _make(mode=mode, **knobs)
     seen = []
     for t in range(steps):
         opt.zero_grad()
@@ -189,10 +195,7 @@ def test_weights_follow_the_equations(world, mode, knobs):
 def test_flush_right_after_an_exchange_changes_nothing(world):
     """DiLoCo's last exchange landed at the last step: every rank is on theta, and another outer
     step would only apply the outer momentum, so flush() leaves the weights as they are."""
-    model = _Dots()
-    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                    named_parameters=model.named_parameters(), mode="diloco",
-                                    sync_every=4)
+    model, opt = _make(mode="diloco", sync_every=4)
     for t in range(8):
         opt.zero_grad()
         model(_grad(world.rank, t)).backward()
@@ -203,10 +206,7 @@ def test_flush_right_after_an_exchange_changes_nothing(world):
 
 
 def test_second_flush_changes_nothing(world):
-    model = _Dots()
-    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                    named_parameters=model.named_parameters(), mode="diloco",
-                                    sync_every=4)
+    model, opt = _make(mode="diloco", sync_every=4)
     for t in range(5):
         opt.zero_grad()
         model(_grad(world.rank, t)).backward()
@@ -225,16 +225,9 @@ def test_second_flush_changes_nothing(world):
 def test_resume_from_state_dict_is_bit_exact(world, mode, knobs):
     """Training 9 steps straight equals 5 steps, state_dict() through torch.save, a new model and
     optimizer loading it, 4 more steps: to the bit, with an exchange in flight at the save."""
-    model = _Dots()
-    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR, momentum=0.5),
-                                    named_parameters=model.named_parameters(), mode=mode, **knobs)
-    model2 = _Dots()
-    opt2 = dadt.DistributedOptimizer(torch.optim.SGD(model2.parameters(), lr=LR, momentum=0.5),
-                                     named_parameters=model2.named_parameters(), mode=mode, **knobs)
-    ref_model = _Dots()
-    ref = dadt.DistributedOptimizer(torch.optim.SGD(ref_model.parameters(), lr=LR, momentum=0.5),
-                                    named_parameters=ref_model.named_parameters(), mode=mode,
-                                    **knobs)
+    model, opt = _make(momentum=0.5, mode=mode, **knobs)
+    model2, opt2 = _make(momentum=0.5, mode=mode, **knobs)
+    ref_model, ref = _make(momentum=0.5, mode=mode, **knobs)
     for t in range(9):
         ref.zero_grad()
         ref_model(_grad(world.rank, t)).backward()
@@ -262,10 +255,7 @@ def test_resume_from_state_dict_is_bit_exact(world, mode, knobs):
 def test_broadcast_optimizer_state_gives_roots_exchange_state(world, nm):
     """A rank that takes root's model and optimizer state (as after an elastic reset) continues
     exactly as root: the last synced weights and the outer optimizer's momentum included."""
-    model = _Dots()
-    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                    named_parameters=model.named_parameters(), mode="diloco",
-                                    sync_every=2)
+    model, opt = _make(mode="diloco", sync_every=2)
     for t in range(5):  # two exchanges, then one inner step: ranks differ now
         opt.zero_grad()
         model(_grad(world.rank, t)).backward()
@@ -288,10 +278,7 @@ def test_exchanges_only_every_sync_every_steps(world):
 
 
 def test_diloco_int8_sends_a_quarter_and_keeps_the_error(world):
-    model = _Dots()
-    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                    named_parameters=model.named_parameters(), mode="diloco",
-                                    sync_every=2, compression=dadt.Compression.int8)
+    model, opt = _make(mode="diloco", sync_every=2, compression=dadt.Compression.int8)
     for t in range(4):
         opt.zero_grad()
         model(_grad(world.rank, t)).backward()
@@ -340,10 +327,7 @@ def test_process_set_averages_within_the_set(world, nm):
     sets = [dadt.add_process_set([r for r in range(world.size) if r % 2 == k]) for k in (0, 1)]
     try:
         mine = sets[world.rank % 2]
-        model = _Dots()
-        opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                        named_parameters=model.named_parameters(),
-                                        mode="local_sgd", sync_every=2, process_set=mine)
+        model, opt = _make(mode="local_sgd", sync_every=2, process_set=mine)
         for t in range(4):
             opt.zero_grad()
             model(_grad(world.rank, t)).backward()
@@ -373,10 +357,7 @@ def test_hierarchical_local_sgd_syncs_within_a_host_and_averages_across(world, m
 
 
 def _check_hierarchical(world, host):
-    model = _Dots()
-    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                    named_parameters=model.named_parameters(), mode="local_sgd",
-                                    sync_every=3, hierarchical=True)
+    model, opt = _make(mode="local_sgd", sync_every=3, hierarchical=True)
     x = [torch.zeros(5, dtype=torch.float64) for _ in range(world.size)]
     for t in range(7):
         opt.zero_grad()

@@ -47,6 +47,17 @@ class Int8Compressor:
     def decompress(tensor, ctx):
         return tensor
 
+# The modes that send less and the knobs each takes, in every front end (dadt.torch's local_sgd
+# also takes `hierarchical`, which needs its per-host process sets).
+MODE_KNOBS = {
+    "local_sgd": ("sync_every", "warmup_steps", "fragments"),
+    "diloco": ("sync_every", "warmup_steps", "fragments", "fragment_sync_delay",
+               "fragment_update_alpha", "outer_optimizer"),
+    "easgd": ("sync_every", "warmup_steps", "moving_rate", "asynchronous"),
+}
+# What each mode may send compressed: diloco its pseudo-gradient; the others average the weights.
+MODE_COMPRESSIONS = {"local_sgd": ("none",), "diloco": COMPRESSIONS, "easgd": ("none",)}
+
 # The knobs of the modes that send less, with their defaults (None: the mode's own default).
 KNOBS = {
     "sync_every": None,            # inner steps between exchanges of a fragment (required)
@@ -146,10 +157,24 @@ def check_knobs(mode: str, given: Dict[str, Any], accepted: Sequence[str], ranks
 
 
 def check_compression(compression: str, mode: str) -> str:
+    """``compression`` (a COMPRESSIONS name) if ``mode`` may send it; ValueError otherwise."""
     if compression not in COMPRESSIONS:
         raise ValueError("compression of mode=%r must be one of %s, got %r"
                          % (mode, ", ".join(COMPRESSIONS), compression))
+    if compression not in MODE_COMPRESSIONS[mode]:
+        raise ValueError("mode=%r averages the weights themselves, uncompressed; compression= is "
+                         "for the gradients of sync/async/dear and the pseudo-gradient of "
+                         "mode='diloco'" % mode)
     return compression
+
+
+def schedule_for(mode: str, knobs: Dict[str, Any]) -> "Schedule":
+    """The Schedule of ``mode`` with its checked knobs: asynchronous EASGD finishes round k at
+    round k+1 (a delay of sync_every, one fragment); the others as their knobs say."""
+    every = knobs["sync_every"]
+    if mode == "easgd":
+        return Schedule(every, 1, every if knobs.get("asynchronous") else 0)
+    return Schedule(every, knobs.get("fragments", 1), knobs.get("fragment_sync_delay", 0))
 
 
 def split_by_bytes(nbytes: Sequence[int], parts: int, mode: str) -> List[List[int]]:
@@ -303,7 +328,7 @@ class Exchanger:
             self._start(f, read(f), write)
         for f in due:
             x = read(f)
-            new = self.rule.final(f, x, self._receive(f, x))
+            new = self.rule.final(f, x, self._receive(f))
             if new is not None:
                 write(f, new)
             self._landed_at[f] = self.steps
@@ -320,7 +345,7 @@ class Exchanger:
         if f not in self._in_flight and f not in self._landed:
             return  # asynchronous EASGD's first period: nothing was started yet
         x = read(f)
-        average = self._receive(f, x)
+        average = self._receive(f)
         new = self.rule.land(f, x, average)
         if new is not None:
             write(f, new)
@@ -348,7 +373,7 @@ class Exchanger:
         self.bytes_sent += _nbytes(wire)
         return (handle, kind, payload)
 
-    def _receive(self, f: int, like):
+    def _receive(self, f: int):
         """The average of fragment f's exchange (waits for it)."""
         if f in self._landed:
             return self._landed.pop(f)
@@ -369,7 +394,7 @@ class Exchanger:
         feedback and the averages of the exchanges in flight (waited for; applied at their
         finish step by the resumed run, as they would have been)."""
         for f in sorted(self._in_flight):
-            self._landed[f] = self._receive(f, None)
+            self._landed[f] = self._receive(f)
         return {"steps": self.steps, "rounds": self.rounds, "flushed_at": self._flushed_at,
                 "begun": self._begun, "landed_at": dict(self._landed_at),
                 "rule": self.rule.state(),

@@ -32,18 +32,8 @@ from dadt.common.local_sgd import LocalSGDRule
 from dadt.common.process_sets import set_size
 from dadt.common.util import Average
 
-# The modes that send less and the knobs each takes (dadt.common.periodic.KNOBS; dadt.torch's
-# engines take the same, so that a keyword means the same in every front end, and local_sgd's
-# `hierarchical`, which needs torch's per-host process sets).
-MODE_KNOBS = {
-    "local_sgd": ("sync_every", "warmup_steps", "fragments"),
-    "diloco": ("sync_every", "warmup_steps", "fragments", "fragment_sync_delay",
-               "fragment_update_alpha", "outer_optimizer"),
-    "easgd": ("sync_every", "warmup_steps", "moving_rate", "asynchronous"),
-}
+MODE_KNOBS = periodic.MODE_KNOBS
 MODES = tuple(MODE_KNOBS)
-# What each mode may send compressed: diloco its pseudo-gradient; the others average the weights.
-MODE_COMPRESSIONS = {"local_sgd": ("none",), "diloco": periodic.COMPRESSIONS, "easgd": ("none",)}
 # The outer optimizer's hyperparameters a dict may set (dadt.common.diloco.NesterovOuter).
 OUTER_KEYS = ("lr", "momentum", "nesterov")
 
@@ -120,9 +110,6 @@ def check_mode(mode: str, given: Dict[str, Any], compression: str, ranks: int) -
         raise ValueError("mode must be 'sync' or one of the modes that send less (%s), got %r"
                          % (", ".join(repr(m) for m in MODES), mode))
     periodic.check_compression(compression, mode)
-    if compression not in MODE_COMPRESSIONS[mode]:
-        raise ValueError("mode=%r averages the weights themselves, uncompressed; compression= is "
-                         "for the pseudo-gradient of mode='diloco'" % mode)
     knobs = periodic.check_knobs(mode, dict(given), MODE_KNOBS[mode], ranks)
     if mode == "diloco":
         _check_outer(knobs.get("outer_optimizer"))
@@ -188,7 +175,7 @@ class PeriodicEngine:
         # a per-process counter, which a rank that built one more model has moved on.
         self.name = name or "dadt." + mode
         self.warmup_left = self.knobs.get("warmup_steps", 0)
-        self.exchanger = periodic.Exchanger(self._make_rule(), self.ops, self._schedule(),
+        self.exchanger = periodic.Exchanger(self._make_rule(), self.ops, periodic.schedule_for(self.mode, self.knobs),
                                             name=self.name, compression=self.compression,
                                             ranks=self._ranks)
         self._begun = False   # the rule has its starting weights (the first inner step ran)
@@ -203,13 +190,6 @@ class PeriodicEngine:
             return DiLoCoRule(self.ops, _make_outer(self.ops, self.knobs.get("outer_optimizer")),
                               alpha=self.knobs.get("fragment_update_alpha", 0.0))
         return EASGDRule(self.ops, self.knobs["moving_rate"], self._ranks)
-
-    def _schedule(self) -> periodic.Schedule:
-        every = self.knobs["sync_every"]
-        if self.mode == "easgd":  # asynchronous: round k's allreduce lands at round k+1
-            return periodic.Schedule(every, 1, every if self.knobs.get("asynchronous") else 0)
-        return periodic.Schedule(every, self.knobs.get("fragments", 1),
-                                 self.knobs.get("fragment_sync_delay", 0))
 
     def _ranks(self) -> int:
         return max(set_size(self._process_set), 1)

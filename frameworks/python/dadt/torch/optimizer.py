@@ -7,7 +7,6 @@ import torch
 
 from dadt.common.process_sets import global_process_set, set_id
 from dadt.common.util import Adasum, Average, Sum
-from dadt.common import periodic
 from dadt.torch.compression import WIRE_NAMES, Compression
 from dadt.torch import training_modes
 
@@ -283,10 +282,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if compression is Compression.int8 and mode != "diloco":
         raise ValueError("Compression.int8 is for mode='diloco' (its pseudo-gradient goes through "
                          "an allgather); mode=%r allreduces, which cannot sum int8" % mode)
-    if mode in ("local_sgd", "easgd") and compression is not Compression.none:
-        raise ValueError("mode=%r averages the weights themselves, uncompressed; compression= "
-                         "is for the gradients of sync/async/dear and the pseudo-gradient of "
-                         "diloco" % mode)
     training_modes.ENGINES[mode].check_options(
         model=model, backward_passes_per_step=backward_passes_per_step,
         groups=groups if groups is not None else (num_groups or None))

@@ -11,6 +11,7 @@ paper); it is stepped one fragment at a time.
 
 import torch
 
+from dadt.common import periodic
 from dadt.common.diloco import DiLoCoRule
 from dadt.torch.training_modes.periodic import PeriodicEngine, TorchOuter
 
@@ -19,9 +20,7 @@ class DiLoCoEngine(PeriodicEngine):
     """H inner steps, then the outer optimizer on the averaged pseudo-gradient."""
 
     name = "diloco"
-    knobs = ("sync_every", "warmup_steps", "fragments", "fragment_sync_delay",
-             "fragment_update_alpha", "outer_optimizer")
-    compressions = ("none", "fp16", "bf16", "int8")
+    knobs = periodic.MODE_KNOBS["diloco"]
 
     def make_rule(self, ops, knobs):
         params = [p for fragment in self.fragments for p in fragment]

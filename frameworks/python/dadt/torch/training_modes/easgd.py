@@ -17,12 +17,7 @@ class EASGDEngine(PeriodicEngine):
     """The elastic pull towards a centre every rank keeps a replica of."""
 
     name = "easgd"
-    knobs = ("sync_every", "warmup_steps", "moving_rate", "asynchronous")
+    knobs = periodic.MODE_KNOBS["easgd"]
 
     def make_rule(self, ops, knobs):
         return EASGDRule(ops, knobs["moving_rate"], self._ranks)
-
-    def schedule(self, knobs):
-        # Asynchronous: round k's allreduce finishes at round k+1, before its pull.
-        every = knobs["sync_every"]
-        return periodic.Schedule(every, 1, every if knobs.get("asynchronous") else 0)

@@ -14,7 +14,7 @@ Only the periodic exchange crosses the slow links.
 import os
 import socket
 
-from dadt.common import process_sets
+from dadt.common import periodic, process_sets
 from dadt.common.basics import rank, size
 from dadt.common.local_sgd import LocalSGDRule
 from dadt.torch.functions import allgather_object
@@ -28,7 +28,7 @@ class LocalSGDEngine(PeriodicEngine):
     in between."""
 
     name = "local_sgd"
-    knobs = ("sync_every", "warmup_steps", "fragments", "hierarchical")
+    knobs = periodic.MODE_KNOBS["local_sgd"] + ("hierarchical",)
 
     def __init__(self, host, params, knobs, compression="none"):
         super().__init__(host, params, knobs, compression)

@@ -112,8 +112,7 @@ class PeriodicEngine(ModeEngine):
     """The torch engine of a mode that sends less. Subclasses name the mode, its knobs (the
     DistributedOptimizer keywords it takes, dadt.common.periodic.KNOBS) and make its Rule."""
 
-    knobs = ("sync_every", "warmup_steps", "fragments")
-    compressions = ("none",)  # what the mode may send compressed (dadt.common.periodic)
+    knobs = ()  # the DistributedOptimizer keywords the mode takes: periodic.MODE_KNOBS[name]
 
     @classmethod
     def check_options(cls, *, model, backward_passes_per_step, groups):
@@ -126,11 +125,7 @@ class PeriodicEngine(ModeEngine):
         if bucket_bytes is not None:
             raise ValueError("bucket_bytes is an option of mode='async' and mode='dear'; "
                              "mode=%r exchanges the model in `fragments` parts" % cls.name)
-        if compression not in cls.compressions:
-            raise ValueError("mode=%r sends %s; compression= must be %s, got a %s compressor"
-                             % (cls.name, "its pseudo-gradient" if cls.name == "diloco" else
-                                "the weights", " or ".join("Compression." + c for c in
-                                                           cls.compressions), compression))
+        periodic.check_compression(compression, cls.name)
         knobs = periodic.check_knobs(cls.name, dict(knobs or {}), cls.knobs,
                                      max(host.reducing_ranks(), 1))
         return cls(host, layer_order(params, model), knobs, compression)
@@ -149,16 +144,12 @@ class PeriodicEngine(ModeEngine):
         # optimizers (a GAN's, say) never share a name, and every rank agrees on it.
         name = "dadt.%s.%s" % (self.name, host.name_of(params[0]))
         self.exchanger = periodic.Exchanger(self.make_rule(self._ops, knobs), self._ops,
-                                            self.schedule(knobs), name=name,
+                                            periodic.schedule_for(self.name, knobs), name=name,
                                             compression=compression, ranks=self._ranks)
 
     # -- what a mode defines ---------------------------------------------------------------------
     def make_rule(self, ops, knobs) -> periodic.Rule:
         raise NotImplementedError
-
-    def schedule(self, knobs) -> periodic.Schedule:
-        return periodic.Schedule(knobs["sync_every"], knobs.get("fragments", 1),
-                                 knobs.get("fragment_sync_delay", 0))
 
     # -- the ModeEngine interface ----------------------------------------------------------------
     def step(self, closure, should_synchronize):
