@@ -46,7 +46,7 @@ class Reference:
         self.groups = ([list(range(len(w0)))] if fragments == 1 else
                        [[f] for f in range(len(w0))])
         assert len(self.groups) == fragments
-        self.d = fragment_sync_delay if mode == "diloco" else 0
+        self.d = fragment_sync_delay if mode in ("diloco", "local_sgd") else 0
         self.alpha = F32(fragment_update_alpha)
         self.outer_lr, self.mu, self.nesterov = outer
         self.rate = F32(0.9 / n if moving_rate is None else moving_rate)
@@ -57,6 +57,7 @@ class Reference:
         self.begun = False
         self.theta, self.m, self.center, self.error = {}, {}, {}, {}
         self.in_flight = {}     # fragment -> average not applied yet
+        self.started = {}       # local_sgd with a delay: fragment -> every rank's weights at start
         self.flushed_at = 0
         self.landed_at = {}     # fragment -> s when its exchange landed
 
@@ -73,7 +74,7 @@ class Reference:
                 for k in range(len(per_rank[0]))]
 
     def _wire_mean(self, f, payloads):
-        """The average of the ranks' payloads as sent (diloco's compression, error feedback)."""
+        """The average of the ranks' payloads as sent (compression, error feedback)."""
         if self.compression == "none" or self.n == 1:
             return self._mean(payloads)
         seen_all = []
@@ -120,8 +121,13 @@ class Reference:
         self.theta[f] = [t - s * lr for t, s in zip(self.theta[f], step)]
 
     def _start(self, f):
-        if self.mode == "local_sgd":
-            self.in_flight[f] = self._mean([self._get(r, f) for r in range(self.n)])
+        if self.mode == "local_sgd":  # compressed: the change since the last average travels
+            xs = [self._get(r, f) for r in range(self.n)]
+            if self.d:
+                self.started[f] = xs
+            self.in_flight[f] = (self._mean(xs) if self.compression == "none" else
+                                 self._wire_mean(f, [[x - t for x, t in zip(xr, self.theta[f])]
+                                                     for xr in xs]))
         elif self.mode == "diloco":
             payloads = [[t - x for t, x in zip(self.theta[f], self._get(r, f))]
                         for r in range(self.n)]
@@ -138,9 +144,14 @@ class Reference:
             return
         average = self.in_flight.pop(f)
         self.landed_at[f] = self.s
-        if self.mode == "local_sgd":
+        if self.mode == "local_sgd":  # with a delay: plus each rank's steps since the start
+            if self.compression != "none":
+                average = [t + a for t, a in zip(self.theta[f], average)]
+            self.theta[f] = average
+            begun = self.started.pop(f, None)
             for r in range(self.n):
-                self._set(r, f, average)
+                self._set(r, f, average if begun is None or final else
+                          [a + (x - b) for a, x, b in zip(average, self._get(r, f), begun[r])])
         elif self.mode == "diloco":
             self._outer(f, average)
             a = F32(0.0) if final else self.alpha
@@ -196,9 +207,11 @@ class Reference:
         if self.s == self.flushed_at or not self.begun:
             return
         self.flushed_at = self.s
-        # Local SGD, and DiLoCo with alpha 0, leave every rank on the same weights when an
-        # exchange lands: a fragment that landed at this step is not exchanged again.
-        settled = self.mode == "local_sgd" or (self.mode == "diloco" and self.alpha == 0)
+        # Local SGD without a delay, and DiLoCo with alpha 0, leave every rank on the same
+        # weights when an exchange lands: a fragment that landed at this step is not exchanged
+        # again.
+        settled = ((self.mode == "local_sgd" and self.d == 0)
+                   or (self.mode == "diloco" and self.alpha == 0))
         due = [f for f in range(len(self.groups))
                if not (settled and self.landed_at.get(f) == self.s)]
         for f in due:
@@ -211,6 +224,8 @@ class Reference:
 CASES = [
     ("local_sgd", dict(mode="local_sgd", sync_every=3, warmup_steps=2), 8),
     ("local_sgd_fragments", dict(mode="local_sgd", sync_every=4, fragments=2), 9),
+    ("local_sgd_streaming_int8", dict(mode="local_sgd", sync_every=4, fragments=2,
+                                      fragment_sync_delay=1, compression="int8"), 11),
     ("diloco", dict(mode="diloco", sync_every=3, warmup_steps=1), 8),
     ("diloco_lands_last", dict(mode="diloco", sync_every=3), 6),
     ("diloco_streaming_int8", dict(mode="diloco", sync_every=4, fragments=2,

@@ -63,7 +63,7 @@ def _reference(mode, size, steps, every, fragments=1, delay=0, warmup=0, alpha=0
     frags = FRAGMENTS[fragments]
     rate = 0.9 / size if rate is None else rate
     outer = _Nesterov()
-    sent, history, landed_at = {}, [], {}
+    sent, started, history, landed_at = {}, {}, [], {}
     if mode == "easgd":
         delay = every if asynchronous else 0
     center = None
@@ -81,6 +81,7 @@ def _reference(mode, size, steps, every, fragments=1, delay=0, warmup=0, alpha=0
                 sl = frags[f]
                 if mode == "local_sgd":
                     sent[f] = [xr[sl].clone() for xr in x]
+                    started[f] = [xr[sl].clone() for xr in x]
                 elif mode == "diloco":
                     sent[f] = [theta_of(sl) - xr[sl] for xr in x]
                 else:
@@ -94,9 +95,10 @@ def _reference(mode, size, steps, every, fragments=1, delay=0, warmup=0, alpha=0
                     return
                 landed_at[f] = s
                 avg = sum(sent.pop(f)) / size
-                if mode == "local_sgd":
-                    for xr in x:
-                        xr[sl] = avg
+                if mode == "local_sgd":  # streaming: plus the steps taken since the start
+                    begun = started.pop(f)
+                    for r, xr in enumerate(x):
+                        xr[sl] = avg + (xr[sl] - begun[r]) if delay else avg
                 elif mode == "diloco":
                     new_theta = outer.step(f, synced[sl], avg)
                     synced[sl] = new_theta
@@ -122,7 +124,7 @@ def _reference(mode, size, steps, every, fragments=1, delay=0, warmup=0, alpha=0
     s = steps - warmup
     for f in range(fragments):
         sl = frags[f]
-        if mode == "local_sgd" or (mode == "diloco" and alpha == 0):
+        if (mode == "local_sgd" and delay == 0) or (mode == "diloco" and alpha == 0):
             if landed_at.get(f) == s:
                 continue  # every rank holds the same weights since this step's exchange
         if mode == "diloco":
@@ -164,6 +166,7 @@ def _train(world, mode, steps, flush=True, **knobs):
 CASES = [
     ("local_sgd", dict(sync_every=3)),
     ("local_sgd", dict(sync_every=4, fragments=2, warmup_steps=2)),
+    ("local_sgd", dict(sync_every=4, fragments=2, fragment_sync_delay=1, warmup_steps=1)),
     ("diloco", dict(sync_every=3)),
     ("diloco", dict(sync_every=4, fragments=2, fragment_sync_delay=1, warmup_steps=1)),
     ("diloco", dict(sync_every=4, fragment_sync_delay=2, fragment_update_alpha=0.5)),
@@ -219,9 +222,11 @@ def test_second_flush_changes_nothing(world):
 
 @pytest.mark.parametrize("mode,knobs", [
     ("local_sgd", dict(sync_every=3)),
+    ("local_sgd", dict(sync_every=4, fragments=2, fragment_sync_delay=1,
+                       compression=dadt.Compression.int8)),
     ("diloco", dict(sync_every=4, fragments=2, fragment_sync_delay=1)),
     ("easgd", dict(sync_every=3, asynchronous=True)),
-], ids=["local_sgd", "diloco-streaming", "easgd-async"])
+], ids=["local_sgd", "local_sgd-streaming-int8", "diloco-streaming", "easgd-async"])
 def test_resume_from_state_dict_is_bit_exact(world, mode, knobs):
     """Training 9 steps straight equals 5 steps, state_dict() through torch.save, a new model and
     optimizer loading it, 4 more steps: to the bit, with an exchange in flight at the save."""
@@ -277,8 +282,9 @@ def test_exchanges_only_every_sync_every_steps(world):
     assert opt.bytes_sent == expected
 
 
-def test_diloco_int8_sends_a_quarter_and_keeps_the_error(world):
-    model, opt = _make(mode="diloco", sync_every=2, compression=dadt.Compression.int8)
+@pytest.mark.parametrize("mode", ["diloco", "local_sgd"])
+def test_int8_sends_a_quarter_and_every_rank_ends_the_same(world, mode):
+    model, opt = _make(mode=mode, sync_every=2, compression=dadt.Compression.int8)
     for t in range(4):
         opt.zero_grad()
         model(_grad(world.rank, t)).backward()
@@ -287,7 +293,7 @@ def test_diloco_int8_sends_a_quarter_and_keeps_the_error(world):
         assert opt.bytes_sent == 2 * (5 + 4)  # int8 values + the scale, twice
     opt.flush()
     rows = gather_rows(torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
-                       name="periodic.int8.final")
+                       name="periodic.int8.final.%s" % mode)
     assert_rows_identical(rows, "weights after flush()")
 
 

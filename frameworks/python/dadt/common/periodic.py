@@ -31,7 +31,7 @@ COMPRESSIONS = ("none", "fp16", "bf16", "int8")
 
 class Int8Compressor:
     """Every front end's ``Compression.int8``: 8-bit quantization with a scale per exchanged
-    fragment and error feedback, for mode="diloco"'s pseudo-gradient only (Exchanger does it):
+    fragment and error feedback, for what mode="diloco" and mode="local_sgd" send (Exchanger does it):
     int8 values cannot be summed in int8, so they travel through an allgather (a quarter of
     float32's bytes per rank) and are averaged after dequantization. A gradient allreduce refuses
     it."""
@@ -40,8 +40,9 @@ class Int8Compressor:
 
     @staticmethod
     def compress(tensor):
-        raise ValueError("Compression.int8 is for DistributedOptimizer(mode='diloco'), whose "
-                         "pseudo-gradient goes through an allgather; allreduce cannot sum int8")
+        raise ValueError("Compression.int8 is for DistributedOptimizer(mode='diloco' or "
+                         "mode='local_sgd'), whose exchanges go through an allgather; allreduce "
+                         "cannot sum int8")
 
     @staticmethod
     def decompress(tensor, ctx):
@@ -50,13 +51,14 @@ class Int8Compressor:
 # The modes that send less and the knobs each takes, in every front end (dadt.torch's local_sgd
 # also takes `hierarchical`, which needs its per-host process sets).
 MODE_KNOBS = {
-    "local_sgd": ("sync_every", "warmup_steps", "fragments"),
+    "local_sgd": ("sync_every", "warmup_steps", "fragments", "fragment_sync_delay"),
     "diloco": ("sync_every", "warmup_steps", "fragments", "fragment_sync_delay",
                "fragment_update_alpha", "outer_optimizer"),
     "easgd": ("sync_every", "warmup_steps", "moving_rate", "asynchronous"),
 }
-# What each mode may send compressed: diloco its pseudo-gradient; the others average the weights.
-MODE_COMPRESSIONS = {"local_sgd": ("none",), "diloco": COMPRESSIONS, "easgd": ("none",)}
+# What each mode may send compressed: diloco its pseudo-gradient, local_sgd the weights' difference
+# from the last average; easgd averages the weights themselves.
+MODE_COMPRESSIONS = {"local_sgd": COMPRESSIONS, "diloco": COMPRESSIONS, "easgd": ("none",)}
 
 # The knobs of the modes that send less, with their defaults (None: the mode's own default).
 KNOBS = {
@@ -163,8 +165,8 @@ def check_compression(compression: str, mode: str) -> str:
                          % (mode, ", ".join(COMPRESSIONS), compression))
     if compression not in MODE_COMPRESSIONS[mode]:
         raise ValueError("mode=%r averages the weights themselves, uncompressed; compression= is "
-                         "for the gradients of sync/async/dear and the pseudo-gradient of "
-                         "mode='diloco'" % mode)
+                         "for the gradients of sync/async/dear, the pseudo-gradient of "
+                         "mode='diloco' and the weights' change of mode='local_sgd'" % mode)
     return compression
 
 

@@ -185,7 +185,8 @@ class PeriodicEngine:
     # -- what each mode defines --------------------------------------------------------------------
     def _make_rule(self) -> periodic.Rule:
         if self.mode == "local_sgd":
-            return LocalSGDRule(self.ops)
+            return LocalSGDRule(self.ops, delay=self.knobs.get("fragment_sync_delay", 0),
+                                compressed=self.compression != "none")
         if self.mode == "diloco":
             return DiLoCoRule(self.ops, _make_outer(self.ops, self.knobs.get("outer_optimizer")),
                               alpha=self.knobs.get("fragment_update_alpha", 0.0))

@@ -228,6 +228,52 @@ def set_rank(process_set: Optional[ProcessSet]) -> int:
     return set_rank_
 
 
+def check_registered(process_set: Optional[ProcessSet]) -> int:
+    """`set_id`, and the runtime's word that the id is a registered set (ValueError otherwise).
+    A collective built into a graph (tf.function, tf.compat.v1) calls it when it is built, as
+    Horovod's ops do; an eager collective needs not: the runtime refuses the id as it enqueues."""
+    set_id_ = set_id(process_set)
+    if set_id_:
+        _require_initialized()
+        from dadt.common.basics import call
+        call(_core().process_set_ranks, set_id_)
+    return set_id_
+
+
+# What Horovod's process-set queries (size_op(process_set_id), process_set_included_op) return for
+# an id that is not a registered set: HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET.
+UNKNOWN_SET = -3
+
+
+def size_of_id(process_set_id: int) -> int:
+    """The number of ranks of the registered set ``process_set_id`` (0: every rank), or
+    UNKNOWN_SET."""
+    from dadt.common.basics import call
+    _require_initialized()
+    try:
+        return len(call(_core().process_set_ranks, int(process_set_id)))
+    except ValueError:
+        return UNKNOWN_SET
+
+
+def included_in_id(process_set_id: int) -> int:
+    """1 when this rank belongs to the registered set ``process_set_id``, 0 when not, or
+    UNKNOWN_SET (Horovod's process_set_included_op)."""
+    from dadt.common.basics import call, rank
+    _require_initialized()
+    try:
+        return int(rank() in call(_core().process_set_ranks, int(process_set_id)))
+    except ValueError:
+        return UNKNOWN_SET
+
+
+def keeps_own_gradients(process_set: Optional[ProcessSet]) -> bool:
+    """Horovod's rule for a gradient reduction given ``process_set=`` (DistributedOptimizer,
+    DistributedGradientTape, in every front end): a rank outside the set takes no part and keeps
+    its own gradients unchanged, so one job may train a model per set. True on such a rank."""
+    return set_id(process_set) != 0 and not process_set.included()
+
+
 def check_same_lists(lists_by_rank: Sequence[List[List[int]]]) -> None:
     """init(process_sets=...): every rank's list of sets (each a list of ranks) must be rank 0's;
     otherwise a ValueError, the same on every rank, naming the first rank whose list differs."""

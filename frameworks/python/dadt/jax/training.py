@@ -67,7 +67,7 @@ def DistributedOptimizer(optimizer, op: int = Average, name: Optional[str] = Non
     callbacks). The knobs are dadt.torch's: sync_every (required), warmup_steps (0), fragments
     (1; local_sgd, diloco), fragment_sync_delay (0), fragment_update_alpha (0.0), outer_optimizer
     (a dict of lr, momentum, nesterov or a dadt.common.diloco.NesterovOuter; default 0.7, 0.9,
-    True), compression (diloco: Compression.none, fp16, bf16 or int8), moving_rate (easgd; 0.9 /
+    True), compression (diloco, local_sgd: Compression.none, fp16, bf16 or int8), moving_rate (easgd; 0.9 /
     ranks), asynchronous (easgd). ``name`` is the base name of the exchanges (default
     "dadt.<mode>"); ``op`` must be Average."""
     import optax

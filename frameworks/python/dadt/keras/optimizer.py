@@ -218,8 +218,9 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None,  # noqa: N802
         raise ValueError("%s: option(s) of the modes that send less (%s), not of mode='sync'"
                          % (", ".join(sorted(knobs)), ", ".join(periodic_numpy.MODES)))
     elif getattr(compression, "wire", None) == "int8":
-        raise ValueError("Compression.int8 is for mode='diloco' (its pseudo-gradient goes through "
-                         "an allgather); mode='sync' allreduces, which cannot sum int8")
+        raise ValueError("Compression.int8 is for mode='diloco' and mode='local_sgd' (their "
+                         "exchanges go through an allgather); mode='sync' allreduces, which "
+                         "cannot sum int8")
     if op not in (Average, Sum):
         raise ValueError("gradients are reduced with op=Average or op=Sum, got op=%r" % (op,))
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:

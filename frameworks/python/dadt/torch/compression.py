@@ -106,7 +106,8 @@ class Compression:
     """Compress all floating point gradients to bfloat16 (float32's range, 8-bit mantissa)."""
     bf16 = BF16Compressor
 
-    """mode="diloco" only: the pseudo-gradient as int8 with a scale, with error feedback."""
+    """mode="diloco" and "local_sgd" only: what they exchange as int8 with a scale, with error
+    feedback."""
     int8 = Int8Compressor
 
 

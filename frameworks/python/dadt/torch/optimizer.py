@@ -201,8 +201,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         compression: Compression algorithm used during allreduce to reduce the amount of data
                      sent during each parameter update step. Defaults to not using compression.
                      ``Compression.fp16`` and ``Compression.bf16`` halve the bytes;
-                     ``Compression.int8`` (mode="diloco" only) quarters them, with error
-                     feedback.
+                     ``Compression.int8`` (mode="diloco" and "local_sgd" only) quarters
+                     them, with error feedback.
         backward_passes_per_step: Number of expected backward passes to perform before calling
                                   step()/synchronize(). This allows accumulating gradients over
                                   multiple mini-batches before reducing and applying them.
@@ -279,9 +279,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("%s: option(s) of the modes that send less (%s), not of mode=%r"
                          % (", ".join(sorted(knobs)), ", ".join(training_modes.PERIODIC_MODES),
                             mode))
-    if compression is Compression.int8 and mode != "diloco":
-        raise ValueError("Compression.int8 is for mode='diloco' (its pseudo-gradient goes through "
-                         "an allgather); mode=%r allreduces, which cannot sum int8" % mode)
+    if compression is Compression.int8 and mode not in training_modes.PERIODIC_MODES:
+        raise ValueError("Compression.int8 is for mode='diloco' and mode='local_sgd' (their "
+                         "exchanges go through an allgather); mode=%r allreduces, which cannot "
+                         "sum int8" % mode)
     training_modes.ENGINES[mode].check_options(
         model=model, backward_passes_per_step=backward_passes_per_step,
         groups=groups if groups is not None else (num_groups or None))

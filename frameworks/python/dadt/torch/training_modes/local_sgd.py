@@ -3,7 +3,10 @@
     x_i <- x_i - eta * g_i(x_i)          each step, rank i alone (after warmup_steps of sync mode)
     x_i <- (1/n) sum_j x_j               every sync_every steps, per fragment
 
-Sends the weights (1x the model) every sync_every steps and nothing in between.
+Sends the weights (1x the model) every sync_every steps and nothing in between. Streaming
+(fragment_sync_delay = d > 0): a fragment's average lands d steps after it was started, and each
+rank adds the steps it took meanwhile; compressed (fp16, bf16, int8), the weights' change since
+the last average travels instead of the weights.
 
 hierarchical=True (torch's HierarchicalModelAverager with a host level every step): the ranks
 of one host average their gradients every step (sync mode within the host, over shared memory),
@@ -44,7 +47,8 @@ class LocalSGDEngine(PeriodicEngine):
                 self._start_host_sync()
 
     def make_rule(self, ops, knobs):
-        return LocalSGDRule(ops)
+        return LocalSGDRule(ops, delay=knobs.get("fragment_sync_delay", 0),
+                            compressed=self.compression != "none")
 
     def _start_host_sync(self):
         if self._host_set is not None:

@@ -133,6 +133,7 @@ class PeriodicEngine(ModeEngine):
     def __init__(self, host, params: List[torch.Tensor], knobs: dict, compression: str = "none"):
         self._host = host
         self.knobs = knobs
+        self.compression = compression
         runs = periodic.split_by_bytes([p.numel() * p.element_size() for p in params],
                                        knobs.get("fragments", 1), self.name)
         self.fragments = [[params[i] for i in run] for run in runs]
