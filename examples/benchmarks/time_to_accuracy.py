@@ -35,6 +35,9 @@ dadtrun exports, MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, to init_process_group(
   torchft-diloco    torchft.local_sgd.DiLoCo(sync_every=H)     } rank, a Lighthouse on rank 0
   sync, async, dear dadt.torch.DistributedOptimizer(mode=...)
   local_sgd         mode="local_sgd", sync_every=H, warmup_steps=0
+  local_sgd-streaming  the same with fragments=4, fragment_sync_delay=1 (each rank keeps the step
+                    it took while a fragment's average travelled)
+  local_sgd-int8    streaming, and the weights' change since the last average as int8
   diloco            mode="diloco", sync_every=H, outer SGD(lr 0.7, momentum 0.9, nesterov)
   diloco-streaming  the same with fragments=4, fragment_sync_delay=1
   diloco-int8       streaming, and the pseudo-gradient as int8 (Compression.int8, error feedback)
@@ -52,7 +55,7 @@ point after it (every rank holds the same weights; its time includes that exchan
 launch's final one. The model evaluated is rank 0's own: the same on every rank for the DDP rows,
 sync and dear (dear's flush() runs before each copy, timed: it applies the deferred updates that
 the next forward would apply anyway); at evaluation steps, just exchanged, for local_sgd, diloco
-and torchft's two; rank 0's local model for async (one step stale), easgd, diloco-streaming and
+and torchft's two; rank 0's local model for async (one step stale), easgd, the streaming ones and
 post-local SGD (its averager runs after steps 1, H+1, ...).
 
 --overrun K lets the periodic contenders (post-local SGD, torchft's two, dadt's modes that send
@@ -100,6 +103,8 @@ CONTENDERS = {
     "async": ("dadt", "mode=async"),
     "dear": ("dadt", "mode=dear"),
     "local_sgd": ("dadt", "mode=local_sgd(H)"),
+    "local_sgd-streaming": ("dadt", "mode=local_sgd(H), fragments 4, delay 1"),
+    "local_sgd-int8": ("dadt", "mode=local_sgd(H), fragments 4, delay 1, Compression.int8"),
     "diloco": ("dadt", "mode=diloco(H)"),
     "diloco-streaming": ("dadt", "mode=diloco(H), fragments 4, delay 1"),
     "diloco-int8": ("dadt", "mode=diloco(H), fragments 4, delay 1, Compression.int8"),
@@ -107,8 +112,10 @@ CONTENDERS = {
     "easgd-async": ("dadt", "mode=easgd(H), asynchronous"),
 }
 REFERENCES = ("ddp", "torchft-diloco", "post-local-sgd")  # the ratio columns
-PERIODIC = ("post-local-sgd", "torchft-localsgd", "torchft-diloco", "local_sgd", "diloco",
+PERIODIC = ("post-local-sgd", "torchft-localsgd", "torchft-diloco", "local_sgd",
+            "local_sgd-streaming", "local_sgd-int8", "diloco",
             "diloco-streaming", "diloco-int8", "easgd", "easgd-async")
+STREAMING = ("local_sgd-streaming", "local_sgd-int8", "diloco-streaming", "diloco-int8")
 VOCAB = 256
 SKIP_DIRS = ("site-packages", "dist-packages", "__pycache__")
 
@@ -169,9 +176,10 @@ def parse_args(argv=None):
             p.error("unknown contender %r (choose from %s)" % (c, ", ".join(CONTENDERS)))
     if args.np is None:
         args.np = sum(int(h.rsplit(":", 1)[1]) if ":" in h else 1 for h in args.hosts.split(",")) if args.hosts else 2
-    if {"diloco-streaming", "diloco-int8"} & set(args.names) and (args.sync_every % 4 or args.sync_every < 8):
-        p.error("diloco-streaming and diloco-int8 need --sync-every of at least 8 and divisible by its 4 fragments "
-                "(its fragment_sync_delay 1 must be below sync_every // 4)")
+    streaming = sorted(set(STREAMING) & set(args.names))
+    if streaming and (args.sync_every % 4 or args.sync_every < 8):
+        p.error("%s need --sync-every of at least 8 and divisible by their 4 fragments "
+                "(fragment_sync_delay 1 must be below sync_every // 4)" % ", ".join(streaming))
     args.tune_grid = [float(x) for x in args.tune_lrs.split(",") if x]
     args.target_fractions = [float(x) for x in args.targets.split(",") if x]
     if not args.target_fractions or not all(0 < f <= 1 for f in args.target_fractions):
@@ -448,16 +456,18 @@ def dadt_family(torch, args, model, inner):
     named = model.named_parameters()
     if kind in ("sync", "async", "dear"):
         opt = dadt.DistributedOptimizer(inner, named_parameters=named, mode=kind, model=model)
-    elif kind == "local_sgd":
-        opt = dadt.DistributedOptimizer(inner, named_parameters=named, mode="local_sgd", sync_every=H, warmup_steps=0)
-    elif kind.startswith("diloco"):
-        streaming = kind in ("diloco-streaming", "diloco-int8")
-        outer = torch.optim.SGD(model.parameters(), lr=args.outer_lr, momentum=0.9, nesterov=True)
-        opt = dadt.DistributedOptimizer(inner, named_parameters=named, mode="diloco", sync_every=H,
-                                        outer_optimizer=outer, fragments=4 if streaming else 1,
+    elif kind.startswith(("local_sgd", "diloco")):
+        streaming = kind in STREAMING
+        mode = "local_sgd" if kind.startswith("local_sgd") else "diloco"
+        extra = {}
+        if mode == "diloco":
+            extra["outer_optimizer"] = torch.optim.SGD(model.parameters(), lr=args.outer_lr, momentum=0.9,
+                                                       nesterov=True)
+        opt = dadt.DistributedOptimizer(inner, named_parameters=named, mode=mode, sync_every=H,
+                                        fragments=4 if streaming else 1,
                                         fragment_sync_delay=1 if streaming else 0,
-                                        compression=dadt.Compression.int8 if kind == "diloco-int8"
-                                        else dadt.Compression.none)
+                                        compression=dadt.Compression.int8 if kind.endswith("-int8")
+                                        else dadt.Compression.none, **extra)
     else:
         opt = dadt.DistributedOptimizer(inner, named_parameters=named, mode="easgd", sync_every=H,
                                         asynchronous=kind == "easgd-async")
