@@ -3,6 +3,12 @@ the model, the optimizer, the epoch and the batch committed, so the job goes on 
 commit when a worker dies (docs/elastic.md).
 
     dadtrun --gloo -np 3 --min-np 2 python examples/elastic/keras_digits_elastic.py
+    dadtrun --gloo -np 3 --min-np 2 python examples/elastic/keras_digits_elastic.py --mode local_sgd
+
+In a mode that sends less (--mode local_sgd, diloco or easgd) the state also holds the
+optimizer's exchange state (the step count, the last synced weights), so a worker's death rolls
+the model, the schedule and the synced weights back to the same commit; FlushCallback makes every
+rank's weights equal at the end.
 
 Rank 0 prints the final accuracy over the whole test set ("final test accuracy: 0.9611").
 """
@@ -43,7 +49,14 @@ def main():
     p.add_argument("--batches-per-commit", type=int, default=5)
     p.add_argument("--progress-file", default=None)
     p.add_argument("--step-delay", type=float, default=0.0)
+    p.add_argument("--mode", choices=["sync", "local_sgd", "diloco", "easgd"], default="sync")
+    p.add_argument("--sync-every", type=int, default=8, help="local_sgd, diloco, easgd: steps between exchanges")
+    p.add_argument("--streaming", action="store_true",
+                   help="local_sgd, diloco: two fragments, each exchange overlapping the next step")
     args = p.parse_args()
+    # sync averages the gradients of size() ranks: its learning rate grows with size(); the modes
+    # that send less step on each rank's own gradients with one rank's.
+    scale = dadt.size if args.mode == "sync" else (lambda: 1)
 
     dadt.init()
     digits = load_digits()
@@ -53,20 +66,24 @@ def main():
     keras.utils.set_random_seed(42)
     model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(128, activation="relu"),
                               keras.layers.Dense(10)])
-    opt = dadt.DistributedOptimizer(keras.optimizers.SGD(args.lr * dadt.size(), momentum=0.9))
+    knobs = {} if args.mode == "sync" else {"sync_every": args.sync_every}
+    if args.streaming:
+        knobs.update(fragments=2, fragment_sync_delay=1)
+    opt = dadt.DistributedOptimizer(keras.optimizers.SGD(args.lr * scale(), momentum=0.9),
+                                    mode=args.mode, **knobs)
     model.compile(optimizer=opt, metrics=["accuracy"],
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
     state = dadt.elastic.KerasState(model, batch=0, epoch=0)
 
     def on_reset():
-        model.optimizer.learning_rate.assign(args.lr * dadt.size())
+        model.optimizer.learning_rate.assign(args.lr * scale())
 
     state.register_reset_callbacks([on_reset])
     callbacks = [dadt.elastic.CommitStateCallback(state, args.batches_per_commit),
                  dadt.elastic.UpdateBatchStateCallback(state),
                  dadt.elastic.UpdateEpochStateCallback(state),
-                 _Progress(args.progress_file, args.step_delay, state)]
+                 _Progress(args.progress_file, args.step_delay, state), dadt.callbacks.FlushCallback()]
 
     @dadt.elastic.run
     def train(state):

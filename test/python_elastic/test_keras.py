@@ -1,7 +1,10 @@
 """Elastic Keras model.fit (examples/elastic/keras_digits_elastic.py: KerasState, CommitState-,
 UpdateBatchState- and UpdateEpochStateCallback) at 3 workers, one SIGKILLed mid-epoch: the
-survivors go on at size 2 from the last commit and reach >= 0.90 test accuracy. FakeDriver plays
-the launcher (fake_driver.py). About 60 s (TensorFlow's start-up on each worker)."""
+survivors go on at size 2 from the last commit and reach >= 0.90 test accuracy; in mode="sync"
+and in streaming mode="local_sgd" (killed mid-window with an exchange in flight: the exchange
+state rolls back with the model).
+FakeDriver plays the launcher (fake_driver.py). About 60 s each (TensorFlow's start-up on each
+worker)."""
 import os
 import signal
 import subprocess
@@ -28,7 +31,9 @@ def _progress(path):
         return [tuple(map(int, line.split())) for line in f.read().splitlines() if line]
 
 
-def test_keras_fit_survives_a_killed_worker(tmp_path):
+@pytest.mark.parametrize("mode", [[], ["--mode", "local_sgd", "--sync-every", "8", "--streaming"]],
+                         ids=["sync", "local_sgd-streaming"])
+def test_keras_fit_survives_a_killed_worker(tmp_path, mode):
     driver = FakeDriver()
     ids = ["h1/0/1", "h2/0/2", "h3/0/3"]
     procs, progress = [], []
@@ -40,7 +45,7 @@ def test_keras_fit_survives_a_killed_worker(tmp_path):
                        OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND="tensorflow")
             procs.append(subprocess.Popen(
                 [sys.executable, SCRIPT, "--epochs", "10", "--progress-file", prog,
-                 "--step-delay", "0.01"],
+                 "--step-delay", "0.01"] + mode,
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
             progress.append(prog)
         driver.publish_round(ids)

@@ -114,6 +114,41 @@ def test_checkpoint_with_exchange_in_flight():
         np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
 
 
+def test_elastic_restore_rolls_the_exchange_state_back_with_the_model():
+    """KerasState's handler of the mode's exchange state (dadt.keras.elastic.PeriodicHandler):
+    streaming local SGD committed after step 5 (fragment 0's exchange in flight: the commit keeps
+    its average), trained on to step 8, then restored as after a peer's death (the variables and
+    the exchange state from the commit) and trained to the end: the weights of a run that never
+    failed. Without the handler the schedule would stay at step 8 with the weights of step 5."""
+    from dadt.keras.elastic import PeriodicHandler
+    case, kwargs, steps = CASES[CASE_IDS.index("local_sgd_streaming_int8")]
+    n, rank = dadt.size(), dadt.rank()
+    w0 = start_weights(SHAPES)
+    variables = [keras.Variable(w) for w in w0]
+    opt = _optimizer(kwargs, "kp.elastic")
+    step = _trainer(variables, opt, compiled=True)
+    handler = PeriodicHandler(lambda: opt._dadt_periodic)
+    assert handler.saved is None  # before the first step: nothing to keep
+    ref = reference_for(kwargs, n, w0)
+    for t in range(5):
+        step([tf.constant(g) for g in gradient(rank, t, SHAPES)])
+        ref.step([gradient(r, t, SHAPES) for r in range(n)])
+    handler.save()
+    committed = [v.numpy() for v in variables]
+    for t in range(5, 8):  # the steps a failure loses (nothing in flight after step 8)
+        step([tf.constant(g) for g in gradient(rank, t, SHAPES)])
+    for v, w in zip(variables, committed):
+        v.assign(w)
+    handler.restore()
+    for t in range(5, steps):
+        step([tf.constant(g) for g in gradient(rank, t, SHAPES)])
+        ref.step([gradient(r, t, SHAPES) for r in range(n)])
+    opt.flush()
+    ref.flush()
+    for g, want in zip([v.numpy() for v in variables], ref.w[rank]):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
+
+
 def test_fit_with_flush_callback():
     """model.fit (its compiled train step) in mode easgd: a Dense layer without bias and the loss
     mean(x w), batch size 1: step t's gradient is x_t."""
@@ -144,9 +179,9 @@ def test_options_refused():
         dadt.DistributedOptimizer(opt, mode="diloco", sync_every=4, backward_passes_per_step=2)
     from dadt.tensorflow import Compression
     with pytest.raises(ValueError, match="averages the weights themselves"):
-        dadt.DistributedOptimizer(opt, mode="local_sgd", sync_every=4,
+        dadt.DistributedOptimizer(opt, mode="easgd", sync_every=4,
                                   compression=Compression.fp16)
-    with pytest.raises(ValueError, match="Compression.int8 is for mode='diloco'"):
+    with pytest.raises(ValueError, match="Compression.int8 is for mode='diloco' and mode='local_sgd'"):
         dadt.DistributedOptimizer(opt, compression=Compression.int8)
     with pytest.raises(ValueError, match="mode must be one of"):
         dadt.DistributedOptimizer(opt, mode="gossip", sync_every=4)

@@ -23,6 +23,7 @@ from dadt.common.elastic import (ElasticCheckpointError, HostsUpdatedInterrupt,
                                  LauncherUnreachableError, ObjectState, State, StateHandler, run_fn)
 from dadt.common.exceptions import DadtInternalError
 from dadt.keras.callbacks import _host_value, broadcast_variables
+from dadt.keras.periodic import take_callback_failure
 
 __all__ = ["CommitStateCallback", "ElasticCheckpointError", "HostsUpdatedInterrupt", "KerasState",
            "LauncherUnreachableError", "ObjectState", "State", "UpdateBatchStateCallback",
@@ -48,6 +49,27 @@ class VariablesHandler(StateHandler):
         broadcast_variables(self.value(), root_rank=root_rank, name="dadt.elastic." + self.name)
 
 
+class PeriodicHandler(StateHandler):
+    """The exchange state of a DistributedOptimizer in a mode that sends less (local_sgd, diloco,
+    easgd; dadt.keras.periodic.KerasPeriodic, given as a function that returns it or None): the
+    step count, the last synced weights or centre, the outer state, the error feedback. A commit
+    waits for the exchanges in flight and keeps their averages; ``restore`` drops those of the
+    old world and puts the commit's back, so the schedule, the model and the synced weights come
+    back together; ``sync`` gives every rank the root's. Nothing in mode="sync"."""
+
+    def __init__(self, get_periodic: Callable[[], Any]):
+        super().__init__(get_periodic)
+
+    def capture(self) -> Any:
+        periodic = self.value()
+        return None if periodic is None else periodic.state()
+
+    def apply(self, saved: Any) -> None:
+        periodic = self.value()
+        if periodic is not None:
+            periodic.restart(saved)
+
+
 class KerasState(ObjectState):
     """State of a Keras model and its optimizer (``model.optimizer`` unless given), plus plain
     objects as keyword arguments. ``save`` copies every model and optimizer variable, ``restore``
@@ -63,6 +85,8 @@ class KerasState(ObjectState):
         self.__dict__["optimizer"] = optimizer if optimizer is not None else model.optimizer
         self.add_handler("model", VariablesHandler(lambda: list(self.model.variables)))
         self.add_handler("optimizer", VariablesHandler(self._optimizer_variables))
+        self.add_handler("dadt_periodic", PeriodicHandler(
+            lambda: getattr(self.optimizer, "_dadt_periodic", None)))
         super().__init__(bcast_object=array_ops.broadcast_object, get_rank=basics.rank,
                          allgather_object=array_ops.allgather_object, **kwargs)
 
@@ -186,10 +210,16 @@ def run(func: Callable) -> Callable:
     ``func`` is then called again."""
 
     def translated(state, *args, **kwargs):
+        take_callback_failure()  # one left from an earlier call is not this one's
         try:
             return func(state, *args, **kwargs)
         except Exception as e:  # noqa: BLE001 - re-raised unless it is a peer failure
-            if isinstance(e, DadtInternalError) or not _is_peer_failure(e):
+            if isinstance(e, DadtInternalError):
+                raise
+            inner = take_callback_failure()  # a mode's exchange inside the compiled step
+            if isinstance(inner, DadtInternalError):
+                raise inner from e
+            if not _is_peer_failure(e):
                 raise
             raise DadtInternalError(str(e)) from e
 

@@ -34,6 +34,32 @@ from dadt.common.periodic_numpy import PeriodicEngine
 # The entry of the optimizer's saved variables that holds the mode's state (a pickled uint8 array).
 STATE_KEY = "dadt_periodic"
 
+# The last error raised inside a compiled step's callback: tf.py_function and jax's io_callback
+# re-raise it as their own error class (UnknownError, XlaRuntimeError), which no longer says that
+# a peer died; dadt.keras.elastic reads it here to tell a peer's death from a bug.
+_callback_failure: List[BaseException] = []
+
+
+def _recorded(fn):
+    """``fn`` for a compiled step's callback: an exception it raises is kept for
+    ``take_callback_failure`` before the framework wraps it."""
+
+    def call(*args):
+        try:
+            return fn(*args)
+        except BaseException as e:
+            _callback_failure[:] = [e]
+            raise
+    return call
+
+
+def take_callback_failure() -> Optional[BaseException]:
+    """The exception of the last failed step callback (None if there was none since the last
+    call), forgotten once read."""
+    failure = _callback_failure[0] if _callback_failure else None
+    _callback_failure.clear()
+    return failure
+
 
 def _backend() -> str:
     return keras.backend.backend()
@@ -152,13 +178,13 @@ class KerasPeriodic:
         grads = list(grads)
         if engine.knobs.get("warmup_steps", 0) > 0 and present:
             dense = [tf.convert_to_tensor(_dense(grads[i])) for i in present]
-            out = tf.py_function(before, dense, Tout=[g.dtype for g in dense])
+            out = tf.py_function(_recorded(before), dense, Tout=[g.dtype for g in dense])
             for i, g, o in zip(present, dense, out):
                 o.set_shape(g.shape)
                 grads[i] = o
         else:
             # The update reads the gradients, so it runs after `before` reads the weights.
-            token = tf.py_function(before, [], Tout=tf.bool)
+            token = tf.py_function(_recorded(before), [], Tout=tf.bool)
             with tf.control_dependencies([token]):
                 grads = [None if g is None else tf.identity(g) for g in grads]
         base_apply(grads, trainable_variables)
@@ -171,7 +197,7 @@ class KerasPeriodic:
         # The reads follow the update's writes of the same variables (automatic control
         # dependencies); the py_function follows the reads.
         reads = [tf.convert_to_tensor(v.value) for v in variables]
-        tf.py_function(after, reads, Tout=tf.bool)
+        tf.py_function(_recorded(after), reads, Tout=tf.bool)
         return None
 
     def _jax_apply(self, engine, base_apply, grads, trainable_variables, variables):
@@ -187,7 +213,8 @@ class KerasPeriodic:
             def average(*arrays):
                 return [np.asarray(a, dtype=s.dtype) for a, s in
                         zip(engine.average_gradients([np.asarray(a) for a in arrays]), specs)]
-            out = io_callback(average, specs, *[grads[i] for i in present], ordered=True)
+            out = io_callback(_recorded(average), specs, *[grads[i] for i in present],
+                              ordered=True)
             for i, o in zip(present, out):
                 grads[i] = o
         base_apply(grads, trainable_variables)
@@ -200,7 +227,7 @@ class KerasPeriodic:
             changed = engine.step(after, before=lambda: arrays[:n])
             return [np.asarray(changed.get(i, after[i]), dtype=s.dtype)
                     for i, s in enumerate(specs)]
-        new = io_callback(exchange, specs, *before_values, *after_values, ordered=True)
+        new = io_callback(_recorded(exchange), specs, *before_values, *after_values, ordered=True)
         for v, value in zip(variables, new):
             v.assign(value)
         return None
@@ -225,6 +252,14 @@ class KerasPeriodic:
         elif state:
             import pickle
             self._pending_state = np.frombuffer(pickle.dumps(state), np.uint8).copy()
+
+    def restart(self, state: Optional[Dict[str, Any]]) -> None:
+        """Back to ``state`` (a ``state()``; None: before the first step), dropping the exchanges
+        in flight: an elastic restore, whose collectives belonged to the old world."""
+        if state is None:
+            self.engine, self._variables, self._pending_state = None, [], None
+        else:
+            self.load_state(state)
 
     def state_bytes(self) -> Optional[np.ndarray]:
         return None if self.engine is None else self.engine.state_bytes()
