@@ -164,3 +164,32 @@ def test_broadcast_global_variables(world, nm):
         got_v, got_w = session.run([v, w])
     np.testing.assert_array_equal(got_v, np.full(3, world.size - 1, np.float32))
     np.testing.assert_array_equal(got_w, np.full(2, world.size - 1, np.int64))
+
+
+@pytest.mark.parametrize("op", ["Average", "Sum"])
+def test_distributed_optimizer_of_a_tf1_optimizer(world, op):
+    # Horovod's DistributedOptimizer of a tf.compat.v1.train optimizer: minimize() runs the wrapped
+    # compute_gradients, reduced across ranks, then the wrapped apply_gradients.
+    n, r = world.size, world.rank
+    with tf.Graph().as_default() as graph:
+        w = tf.compat.v1.Variable([1.0, 2.0])
+        local = tf.compat.v1.Variable([0.0])
+        loss = tf.reduce_sum(w) * float(r + 1) + tf.reduce_sum(local) * float(r + 1)
+        opt = dadt.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5),
+                                        op=getattr(dadt, op))
+        assert isinstance(opt, tf.compat.v1.train.Optimizer)
+        opt.register_local_var(local)
+        train = opt.minimize(loss, var_list=[w, local])
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(init)
+        session.run(train)
+        got_w, got_local = session.run([w, local])
+    grad = sum(range(1, n + 1)) / (n if op == "Average" else 1)
+    np.testing.assert_allclose(got_w, [1.0 - 0.5 * grad, 2.0 - 0.5 * grad], rtol=1e-6)
+    np.testing.assert_allclose(got_local, [-0.5 * (r + 1) / n], rtol=1e-6)  # kept, scaled
+
+
+def test_distributed_optimizer_refuses_other_optimizers():
+    with pytest.raises(ValueError, match="tf.compat.v1.train.Optimizer or a Keras optimizer"):
+        dadt.DistributedOptimizer(object())

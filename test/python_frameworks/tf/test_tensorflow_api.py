@@ -36,6 +36,40 @@ def test_indexed_slices_allreduce_allgathers_rows(world, nm, compiled):
     np.testing.assert_array_equal(g_dense.numpy(), np.full(2, n, np.float32))
 
 
+@MODES
+def test_indexed_slices_average_of_integers_divides(world, nm, compiled):
+    # Horovod divides the allgathered values with TensorFlow's "/": integers come back as floats
+    # (float32 from 8- and 16-bit integers, float64 from wider ones), never truncated to zeros.
+    rows = np.array([[4, 6, 8], [8, 12, 16]])
+
+    def fn():
+        def slices(dtype):
+            return tf.IndexedSlices(tf.constant(rows, dtype), tf.constant([0, 1]), tf.constant([2, 3]))
+        out = dadt.allreduce(slices(tf.uint8), name=nm("u8"))
+        wide = dadt.allreduce(slices(tf.int32), name=nm("i32"))
+        grouped = dadt.grouped_allreduce([slices(tf.uint8), slices(tf.int64)], name=nm("grp"))
+        mixed = dadt.grouped_allreduce([tf.fill([2], 2.0), slices(tf.int8)], name=nm("mix"))
+        return [out.values, wide.values, grouped[0].values, grouped[1].values, mixed[1].values,
+                mixed[0]]
+    got = _maybe_compiled(fn, compiled)()
+    want = np.tile(rows, (world.size, 1)) / world.size
+    for values, dtype in zip(got[:5], [tf.float32, tf.float64, tf.float32, tf.float64, tf.float32]):
+        assert values.dtype == dtype
+        np.testing.assert_allclose(values.numpy(), want, rtol=1e-6)
+    np.testing.assert_array_equal(got[5].numpy(), np.full(2, 2.0, np.float32))
+
+
+@pytest.mark.parametrize("factor", ["prescale_factor", "postscale_factor"])
+def test_indexed_slices_refuse_scale_factors(nm, factor):
+    # As Horovod: NotImplementedError, raised before anything is sent (the ranks go on).
+    s = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([0]), tf.constant([2, 2]))
+    for call in (lambda: dadt.allreduce(s, name=nm("one"), **{factor: 2.0}),
+                 lambda: dadt.grouped_allreduce([s, s], name=nm("grp"), **{factor: 2.0}),
+                 lambda: dadt.grouped_allreduce([tf.ones([2]), s], name=nm("mix"), **{factor: 2.0})):
+        with pytest.raises(NotImplementedError, match="IndexedSlices"):
+            call()
+
+
 @pytest.mark.parametrize("sparse_as_dense", [False, True])
 def test_tape_sparse_gradients(world, nm, sparse_as_dense):
     emb = tf.Variable(tf.ones([4, 2]))

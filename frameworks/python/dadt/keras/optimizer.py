@@ -7,7 +7,8 @@ from typing import Optional
 import keras
 
 from dadt.common import periodic_numpy
-from dadt.common.process_sets import global_process_set, set_id, set_size
+from dadt.common.process_sets import (global_process_set, keeps_own_gradients, set_id,
+                                     set_size)
 from dadt.common.util import Average, Sum
 from dadt.keras.periodic import STATE_KEY, KerasPeriodic, WithoutKey
 
@@ -16,6 +17,8 @@ __all__ = ["DistributedOptimizer", "PartialDistributedOptimizer"]
 
 def _reduce_gradients(grads, op, compression, predivide, name, sparse_as_dense=False,
                       process_set=global_process_set):
+    if keeps_own_gradients(process_set):  # a rank outside the set (Horovod's rule)
+        return grads
     backend = keras.backend.backend()
     if backend == "tensorflow":
         from dadt.tensorflow.functions import allreduce_gradients
@@ -178,7 +181,7 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None,  # noqa: N802
             the accumulated gradients instead of their sum (Horovod's default: the sum).
         num_groups, groups: accepted for Horovod compatibility (one group per step).
         process_set: the process set whose ranks average the gradients (default: every rank);
-            only its members may train with this optimizer.
+            a rank outside it applies its own gradients (Horovod's rule).
         scale_local_gradients: see PartialDistributedOptimizer.
         mode: "sync" (default: the above), or one of the modes that send less: each rank
             applies its own gradients with the wrapped optimizer and the model is exchanged

@@ -29,9 +29,10 @@ from dadt.tensorflow.functions import (allgather_object, allreduce_gradients,  #
                                        broadcast_global_variables, broadcast_object,
                                        broadcast_object_fn,
                                        broadcast_variables, local_rank_op, local_size_op,
-                                       rank_op, size_op)
+                                       process_set_included_op, rank_op, size_op)
 from dadt.tensorflow.gradient_tape import (DistributedGradientTape,  # noqa: E402
                                            PartialDistributedGradientTape)
+from dadt.tensorflow.optimizer import DistributedOptimizer  # noqa: E402
 from dadt.tensorflow.mpi_ops import (allgather, allreduce, alltoall, barrier,  # noqa: E402
                                      broadcast, broadcast_, grouped_allgather,
                                      grouped_allreduce, grouped_reducescatter, join,
@@ -42,8 +43,9 @@ from dadt.tensorflow.util import _executing_eagerly  # noqa: E402,F401
 __all__ = _export_common(globals()) + [
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
     "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "barrier", "join",
-    "rank_op", "size_op", "local_rank_op", "local_size_op",
+    "rank_op", "size_op", "local_rank_op", "local_size_op", "process_set_included_op",
     "Compression", "DistributedGradientTape", "PartialDistributedGradientTape",
+    "DistributedOptimizer",
     "allreduce_gradients", "broadcast_variables", "broadcast_global_variables",
     "broadcast_object", "broadcast_object_fn", "allgather_object", "SyncBatchNormalization",
 ]

@@ -17,13 +17,14 @@ from dadt.common.basics import local_rank, local_size, rank, size
 from dadt.common.util import Average, Sum
 from dadt.tensorflow.compression import Compression
 from dadt.tensorflow.errors import to_tf_error
-from dadt.common.process_sets import global_process_set, set_size
+from dadt.common.process_sets import (global_process_set, included_in_id, keeps_own_gradients,
+                                     set_size, size_of_id)
 from dadt.tensorflow.mpi_ops import broadcast, grouped_allreduce
 
 __all__ = ["broadcast_variables", "broadcast_global_variables", "broadcast_object",
            "broadcast_object_fn",
            "allgather_object", "allreduce_gradients", "rank_op", "size_op", "local_rank_op",
-           "local_size_op"]
+           "local_size_op", "process_set_included_op"]
 
 
 def broadcast_variables(variables, root_rank: int, name: Optional[str] = None,
@@ -85,9 +86,22 @@ def rank_op(name: Optional[str] = None) -> tf.Tensor:
     return _geometry_op(rank, name or "dadt_rank")
 
 
-def size_op(name: Optional[str] = None) -> tf.Tensor:
-    """The number of processes as an int32 tensor."""
-    return _geometry_op(size, name or "dadt_size")
+def size_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
+    """The number of processes as an int32 tensor; with ``process_set_id`` (a ProcessSet's
+    ``process_set_id``), the number of ranks of that set, or -3 when no set has that id
+    (Horovod's HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET)."""
+    process_set_id = int(process_set_id)
+    if process_set_id == 0:
+        return _geometry_op(size, name or "dadt_size")
+    return _geometry_op(lambda: size_of_id(process_set_id), name or "dadt_size")
+
+
+def process_set_included_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
+    """An int32 tensor: 1 when this process belongs to the process set ``process_set_id``, 0
+    when it does not, -3 when no set has that id (Horovod's ``process_set_included_op``)."""
+    process_set_id = int(process_set_id)
+    return _geometry_op(lambda: included_in_id(process_set_id),
+                        name or "dadt_process_set_included")
 
 
 def local_rank_op(name: Optional[str] = None) -> tf.Tensor:
@@ -133,8 +147,10 @@ def allreduce_gradients(grads, compression=Compression.none, op=Average,
     """Reduces a list of gradients (None entries pass through) as one grouped allreduce.
     Sparse gradients (tf.IndexedSlices) have their rows allgathered (see `allreduce`), or are
     made dense first with ``sparse_as_dense=True``. With ``op=Average`` and a
-    ``gradient_predivide_factor`` f, gradients are divided by f before the sum and by size/f
-    after (size: that of ``process_set``, whose ranks take part)."""
+    ``gradient_predivide_factor`` f, dense gradients are divided by f before the sum and by
+    size/f after (size: that of ``process_set``, whose ranks take part); sparse ones are
+    averaged (their rows are not summed). A rank outside ``process_set`` keeps its gradients
+    unchanged (Horovod's rule, dadt.common.process_sets.keeps_own_gradients)."""
     if op not in (Average, Sum):
         raise ValueError("gradients are reduced with op=Average or op=Sum, got op=%r" % (op,))
     if gradient_predivide_factor != 1.0 and op != Average:
@@ -142,18 +158,51 @@ def allreduce_gradients(grads, compression=Compression.none, op=Average,
     grads = [tf.convert_to_tensor(g) if sparse_as_dense and isinstance(g, tf.IndexedSlices) else g
              for g in grads]
     present = [i for i, g in enumerate(grads) if g is not None]
-    reducing = set_size(process_set)
-    if not present or reducing == 1 and op == Average and gradient_predivide_factor == 1.0:
+    if not present or keeps_own_gradients(process_set):
         return grads
-    prescale, postscale, reduce_op = 1.0, 1.0, op
+    reducing = set_size(process_set)
+    if reducing == 1 and op == Average and gradient_predivide_factor == 1.0:
+        return grads
+    # (members, op, prescale, postscale) of each grouped allreduce.
+    groups = [(present, op, 1.0, 1.0)]
     if gradient_predivide_factor != 1.0:
-        prescale = 1.0 / gradient_predivide_factor
-        postscale = gradient_predivide_factor / reducing
-        reduce_op = Sum
-    reduced = grouped_allreduce([grads[i] for i in present], compression=compression,
-                                op=reduce_op, prescale_factor=prescale,
-                                postscale_factor=postscale, name=name, process_set=process_set)
+        sparse = [i for i in present if isinstance(grads[i], tf.IndexedSlices)]
+        dense = [i for i in present if not isinstance(grads[i], tf.IndexedSlices)]
+        groups = [(dense, Sum, 1.0 / gradient_predivide_factor,
+                   gradient_predivide_factor / reducing), (sparse, Average, 1.0, 1.0)]
     out = list(grads)
-    for i, r in zip(present, reduced):
-        out[i] = r
+    for k, (members, reduce_op, prescale, postscale) in enumerate(groups):
+        if not members:
+            continue
+        reduced = grouped_allreduce([grads[i] for i in members], compression=compression,
+                                    op=reduce_op, prescale_factor=prescale,
+                                    postscale_factor=postscale,
+                                    name=name and (name if k == 0 else name + ".sparse"),
+                                    process_set=process_set)
+        for i, r in zip(members, reduced):
+            out[i] = r
+    return out
+
+
+def reduce_keeping_local(grads: List[Any], local: List[bool], scale_local: bool, compression,
+                         op, gradient_predivide_factor: float, sparse_as_dense: bool,
+                         process_set) -> List[Any]:
+    """`allreduce_gradients` of the gradients not marked ``local``; the local ones are kept,
+    divided by the number of processes of the set when ``scale_local`` (Horovod's
+    scale_local_gradients). What DistributedGradientTape and the tf.compat.v1
+    DistributedOptimizer do with their gradients."""
+    reduced = allreduce_gradients([None if is_local else g for g, is_local in zip(grads, local)],
+                                  compression, op, gradient_predivide_factor,
+                                  sparse_as_dense=sparse_as_dense, process_set=process_set)
+    size = set_size(process_set)
+    out = []
+    for g, r, is_local in zip(grads, reduced, local):
+        if not is_local:
+            out.append(r)
+        elif g is None or not scale_local:
+            out.append(g)
+        elif isinstance(g, tf.IndexedSlices):
+            out.append(tf.IndexedSlices(g.values / size, g.indices, g.dense_shape))
+        else:
+            out.append(g / size)
     return out

@@ -5,10 +5,10 @@ from typing import Any, Dict
 
 import tensorflow as tf
 
-from dadt.common.process_sets import global_process_set, set_id, set_size
+from dadt.common.process_sets import global_process_set, set_id
 from dadt.common.util import Average
 from dadt.tensorflow.compression import Compression
-from dadt.tensorflow.functions import allreduce_gradients
+from dadt.tensorflow.functions import reduce_keeping_local
 
 __all__ = ["DistributedGradientTape", "PartialDistributedGradientTape"]
 
@@ -37,7 +37,8 @@ class DistributedGradientTape(tf.GradientTape):
         num_groups, groups: accepted for Horovod compatibility; one call's gradients are
             always one group.
         process_set: the process set whose ranks reduce the gradients (default: every rank);
-            a rank outside it must not call ``gradient()`` on this tape.
+            on a rank outside it ``gradient()`` returns the local gradients unchanged (Horovod's
+            rule).
         scale_local_gradients: divide the gradients of local sources (see
             `register_local_source`) by the number of processes of the set, as Horovod does.
     """
@@ -72,21 +73,9 @@ class DistributedGradientTape(tf.GradientTape):
         local = [id(s) in self._dadt_local for s in flat_sources]
         if len(local) != len(flat):
             local = [False] * len(flat)
-        reduced = allreduce_gradients([None if is_local else g for g, is_local in zip(flat, local)],
-                                      self._dadt_compression, self._dadt_op, self._dadt_predivide,
-                                      sparse_as_dense=self._dadt_sparse_as_dense,
-                                      process_set=self._dadt_process_set)
-        size = set_size(self._dadt_process_set)
-        out = []
-        for g, r, is_local in zip(flat, reduced, local):
-            if not is_local:
-                out.append(r)
-            elif g is None or not self._dadt_scale_local:
-                out.append(g)
-            elif isinstance(g, tf.IndexedSlices):
-                out.append(tf.IndexedSlices(g.values / size, g.indices, g.dense_shape))
-            else:
-                out.append(g / size)
+        out = reduce_keeping_local(flat, local, self._dadt_scale_local, self._dadt_compression,
+                                   self._dadt_op, self._dadt_predivide,
+                                   self._dadt_sparse_as_dense, self._dadt_process_set)
         return tf.nest.pack_sequence_as(grads, out)
 
 

@@ -26,7 +26,8 @@ import tensorflow as tf
 
 from dadt.common import array_ops, dlpack
 from dadt.common.basics import rank
-from dadt.common.process_sets import global_process_set, set_id, set_rank, set_size
+from dadt.common.process_sets import (check_registered, global_process_set, set_id, set_rank,
+                                     set_size)
 from dadt.common.util import (Adasum, Average, Max, Min, Product, Sum,
                               handle_average_backwards_compatibility)
 from dadt.tensorflow import graph_ops
@@ -73,17 +74,19 @@ def _to_tensor(array: np.ndarray) -> tf.Tensor:
 
 def _run(submit: Callable[..., int], result: Callable[[Any], List[np.ndarray]],
          names: Sequence[str], inputs: Sequence[tf.Tensor], dtypes: Sequence[tf.DType],
-         shapes: Sequence[tf.TensorShape]) -> List[tf.Tensor]:
-    """Runs one collective on ``inputs``: ``submit`` (NumPy arrays -> array_ops handle) enqueues
-    it, ``result`` turns array_ops.synchronize's value into the list of output arrays. Eagerly
-    it runs now; inside a graph it becomes submit -> await -> take (graph_ops). ``names`` are
-    the collective's runtime names."""
+         shapes: Sequence[tf.TensorShape], ps) -> List[tf.Tensor]:
+    """Runs one collective on ``inputs`` over process set ``ps``: ``submit`` (NumPy arrays ->
+    array_ops handle) enqueues it, ``result`` turns array_ops.synchronize's value into the list of
+    output arrays. Eagerly it runs now; inside a graph it becomes submit -> await -> take
+    (graph_ops), and a set the runtime does not know is a ValueError now, as Horovod's ops raise
+    it, rather than a failed Session.run later. ``names`` are the collective's runtime names."""
     if tf.executing_eagerly():
         try:
             value = array_ops.synchronize(submit(*[_host_array(t) for t in inputs]))
         except Exception as e:  # noqa: BLE001 - re-raised as its tf.errors class
             raise to_tf_error(e) from None
         return [_to_tensor(out) for out in result(value)]
+    check_registered(ps)
     return graph_ops.run(submit, result, names, inputs, dtypes, shapes)
 
 
@@ -122,7 +125,7 @@ def _grouped(tensors: List[tf.Tensor], name: Optional[str], op: int, prescale: f
         return _run(lambda *a: array_ops.grouped_allreduce_async(a, base, op, prescale, postscale,
                                                                  ps),
                     list, ["%s.%d" % (base, i) for i in range(len(xs))],
-                    xs, [x.dtype for x in xs], [x.shape for x in xs])
+                    xs, [x.dtype for x in xs], [x.shape for x in xs], ps)
 
     def backward(*dys):
         _check_differentiable(op)
@@ -136,7 +139,7 @@ def _allreduce(tensor: tf.Tensor, name: Optional[str], op: int, prescale: float,
 
     def forward(x):
         return _run(lambda a: array_ops.allreduce_async(a, name, op, prescale, postscale, ps),
-                    lambda r: [r], [name], [x], [x.dtype], [x.shape])[0]
+                    lambda r: [r], [name], [x], [x.dtype], [x.shape], ps)[0]
 
     def backward(dy):
         _check_differentiable(op)
@@ -144,20 +147,36 @@ def _allreduce(tensor: tf.Tensor, name: Optional[str], op: int, prescale: float,
     return _differentiable(forward, backward, tensor)
 
 
-def _sparse_allreduce(slices: tf.IndexedSlices, name: Optional[str], op: int, prescale: float,
-                      postscale: float, ps=None) -> tf.IndexedSlices:
-    """Horovod's reduction of a sparse gradient: every rank's rows (values and indices) are
-    allgathered; rows that repeat are summed when the slices are applied. Average divides the
-    values by the number of processes."""
+def _check_sparse(op: int, prescale: float, postscale: float) -> None:
+    """What Horovod refuses for a tf.IndexedSlices, before anything is sent."""
     if op not in (Average, Sum):
         raise NotImplementedError("a tf.IndexedSlices is reduced with op=Average or op=Sum (its "
                                   "rows are allgathered), not op=%r" % (op,))
+    if prescale != 1.0 or postscale != 1.0:
+        raise NotImplementedError("prescale_factor and postscale_factor are not supported with "
+                                  "tf.IndexedSlices (as in Horovod); scale the values, or pass "
+                                  "the tensor dense")
+
+
+def _average_rows(values: tf.Tensor, n: int) -> tf.Tensor:
+    """Allgathered rows divided by the number of processes, as Horovod does: TensorFlow's true
+    division, so that integer values come back as floats (float32 for 8- and 16-bit integers,
+    float64 for wider ones: uint8 [4, 6] over 2 ranks is float32 [2, 3]), never truncated."""
+    if values.dtype.is_integer:
+        values = tf.cast(values, tf.float32 if values.dtype.size <= 2 else tf.float64)
+    return values / tf.cast(n, values.dtype)
+
+
+def _sparse_allreduce(slices: tf.IndexedSlices, name: Optional[str], op: int,
+                      ps=None) -> tf.IndexedSlices:
+    """Horovod's reduction of a sparse gradient: every rank's rows (values and indices) are
+    allgathered; rows that repeat are summed when the slices are applied. Average divides the
+    values by the number of processes (`_average_rows`). The caller has run `_check_sparse`."""
     base = array_ops.make_name("allreduce", name, ps)
     values = allgather(slices.values, name=base + ".values", process_set=ps)
     indices = allgather(slices.indices, name=base + ".indices", process_set=ps)
-    scale = prescale * postscale / (set_size(ps) if op == Average else 1)
-    if scale != 1:
-        values = values * tf.cast(scale, values.dtype)
+    if op == Average:
+        values = _average_rows(values, set_size(ps))
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -172,12 +191,14 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
 
     Arguments:
         tensor: a tf.Tensor, tf.Variable or tf.IndexedSlices (whose values and indices are
-            allgathered, as Horovod does; the result is a tf.IndexedSlices).
+            allgathered, as Horovod does; the result is a tf.IndexedSlices, whose values op=Average
+            divides as TensorFlow's ``/`` does: integer values come back as floats).
         average: deprecated; use ``op``.
         device_dense, device_sparse: accepted for Horovod compatibility; CPU only.
         compression: Compression.none or Compression.fp16 (floats travel as float16).
         op: Average (default), Sum, Min, Max or Product.
-        prescale_factor, postscale_factor: multiply the input before / the result after.
+        prescale_factor, postscale_factor: multiply the input before / the result after (not
+            with a tf.IndexedSlices: NotImplementedError, as Horovod).
         name: the collective's name.
         process_set: the process set whose ranks take part (default: every rank); Average
             divides by its size.
@@ -188,7 +209,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     op = handle_average_backwards_compatibility(op, average)
     set_id(process_set)
     if isinstance(tensor, tf.IndexedSlices):
-        return _sparse_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set)
+        _check_sparse(op, prescale_factor, postscale_factor)
+        return _sparse_allreduce(tensor, name, op, process_set)
     t = _as_tensor(tensor, name or "allreduce")
     compressed, ctx = compression.compress(t)
     return compression.decompress(_allreduce(compressed, name, op, prescale_factor,
@@ -207,13 +229,14 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped allreduce needs at least one tensor")
+    if any(isinstance(t, tf.IndexedSlices) for t in tensors):
+        _check_sparse(op, prescale_factor, postscale_factor)
     base = array_ops.make_name("grouped_allreduce", name, process_set)
     out: List[Any] = [None] * len(tensors)
     dense = []
     for i, t in enumerate(tensors):
         if isinstance(t, tf.IndexedSlices):
-            out[i] = _sparse_allreduce(t, "%s.sparse.%d" % (base, i), op, prescale_factor,
-                                       postscale_factor, process_set)
+            out[i] = _sparse_allreduce(t, "%s.sparse.%d" % (base, i), op, process_set)
         else:
             dense.append(i)
     if dense:
@@ -252,7 +275,7 @@ def allgather(tensor, name=None, process_set=global_process_set) -> tf.Tensor:
 
     def forward(x):
         return _run(lambda a: array_ops.allgather_async(a, name, ps), lambda r: [r], [name], [x],
-                    [x.dtype], [_rows_unknown(x.shape)])[0]
+                    [x.dtype], [_rows_unknown(x.shape)], ps)[0]
     return _differentiable(forward, lambda dy: _allgather_backward(t, dy, ps), t)
 
 
@@ -267,7 +290,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set) -> Lis
     def forward(*xs):
         return _run(lambda *a: array_ops.grouped_allgather_async(a, base, process_set), list,
                     ["%s.%d" % (base, i) for i in range(len(xs))], xs, [x.dtype for x in xs],
-                    [_rows_unknown(x.shape) for x in xs])
+                    [_rows_unknown(x.shape) for x in xs], process_set)
 
     def backward(*dys):
         return [_allgather_backward(x, dy, process_set) for x, dy in zip(ts, dys)]
@@ -284,7 +307,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set) -> t
     def forward(x):
         return _run(lambda a: array_ops.broadcast_async(a, root_rank, name, process_set),
                     lambda r: [r],
-                    [name], [x], [x.dtype], [x.shape])[0]
+                    [name], [x], [x.dtype], [x.shape], process_set)[0]
 
     def backward(dy):
         reduced = _allreduce(tf.convert_to_tensor(dy), None, Average, 1.0, 1.0, process_set)
@@ -324,7 +347,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
             return array_ops.alltoall_async(a, s[0] if s else None, name, process_set)
         inputs = [x] if split_list is None else [x, split_list]
         out, got = _run(submit, list, [name], inputs, [x.dtype, tf.int32],
-                        [_rows_unknown(x.shape), tf.TensorShape([None])])
+                        [_rows_unknown(x.shape), tf.TensorShape([None])], process_set)
         received.append(got)
         return out
 
@@ -351,7 +374,8 @@ def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_
     def forward(x):
         return _run(lambda a: array_ops.reducescatter_async(a, name, op, prescale_factor,
                                                             postscale_factor, process_set),
-                    lambda r: [r], [name], [x], [x.dtype], [_rows_unknown(x.shape)])[0]
+                    lambda r: [r], [name], [x], [x.dtype], [_rows_unknown(x.shape)],
+                    process_set)[0]
 
     def backward(dy):
         gathered = allgather(tf.convert_to_tensor(dy), process_set=process_set)
@@ -373,7 +397,7 @@ def grouped_reducescatter(tensors, name=None, op=Average, prescale_factor=1.0,
         return _run(lambda *a: array_ops.grouped_reducescatter_async(
             a, base, op, prescale_factor, postscale_factor, process_set), list,
             ["%s.%d" % (base, i) for i in range(len(xs))], xs, [x.dtype for x in xs],
-            [_rows_unknown(x.shape) for x in xs])
+            [_rows_unknown(x.shape) for x in xs], process_set)
 
     def backward(*dys):
         gathered = grouped_allgather([tf.convert_to_tensor(d) for d in dys],
