@@ -11,6 +11,7 @@
 #include "dadtrun/line_relay.h"
 #include "dadtrun/mpi_spawner.h"
 #include "dadtrun/slurm_task.h"
+#include "dadtrun/store_task.h"
 #include "dadtrun/worker_env.h"
 
 int main(int argc, char** argv) {
@@ -33,6 +34,10 @@ int main(int argc, char** argv) {
   // Inside the tasks of a Slurm step (dadtrun/slurm_task.h); not user flags.
   if (!args.empty() && args[0] == dadt::dadtrun::kSlurmTaskEnvFlag) {
     return dadt::dadtrun::RunSlurmTaskEnv();
+  }
+  // On rank 0 of a job that torchrun or Kubernetes started (dadtrun/store_task.h); not a user flag.
+  if (!args.empty() && args[0] == dadt::dadtrun::kServeStoreFlag) {
+    return dadt::dadtrun::RunServeStore();
   }
   if (!args.empty() && args[0] == dadt::dadtrun::kSlurmRankFlag) {
     const size_t skip = args.size() > 1 && args[1] == "--" ? 2 : 1;

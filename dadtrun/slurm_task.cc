@@ -1,7 +1,5 @@
 #include "dadtrun/slurm_task.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -14,64 +12,18 @@
 #include "dadtrun/console.h"
 #include "dadtrun/rendezvous_server.h"
 #include "dadtrun/slurm.h"
+#include "dadtrun/store_task.h"
 #include "dadtrun/worker_env.h"
 #include "runtime/common/env.h"
-#include "runtime/common/net/socket.h"
 
 namespace dadt {
 namespace dadtrun {
-namespace {
-
-// Shorter secrets are refused: anyone on the nodes could guess them.
-constexpr size_t kMinSecretLength = 16;
-
-int Error(const std::string& message) {
-  std::string line = message;
-  for (char& c : line) {
-    if (c == '\n') c = ' ';
-  }
-  std::printf("ERROR\t%s\n", line.c_str());
-  std::fflush(stdout);
-  return 2;
-}
-
-// Rank 0 serves until the rank that started it is gone: its stdin pipe closes, or SIGTERM.
-void ServeUntilParentExits() {
-  sigset_t term;
-  sigemptyset(&term);
-  sigaddset(&term, SIGTERM);
-  sigaddset(&term, SIGINT);
-  sigaddset(&term, SIGHUP);
-  sigprocmask(SIG_BLOCK, &term, nullptr);
-  const int sfd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-  if (sfd >= 0) {
-    ::dup2(sfd, STDOUT_FILENO);  // the rank reads our stdout to its end: end it here
-    ::close(sfd);
-  }
-  char buf[256];
-  for (;;) {
-    pollfd fd = {STDIN_FILENO, POLLIN, 0};
-    const int n = ::poll(&fd, 1, 200);
-    if (n > 0) {
-      const ssize_t r = ::read(STDIN_FILENO, buf, sizeof(buf));
-      if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) return;
-    }
-    sigset_t pending;
-    sigpending(&pending);
-    if (sigismember(&pending, SIGTERM) || sigismember(&pending, SIGINT) ||
-        sigismember(&pending, SIGHUP)) {
-      return;
-    }
-  }
-}
-
-}  // namespace
 
 int RunSlurmTaskEnv() {
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   const EnvMap env = CurrentEnvironment();
   StatusOr<std::optional<SlurmTask>> task = StepTask(env);
-  if (!task.ok()) return Error(task.status().message());
+  if (!task.ok()) return PrintTaskError(task.status().message());
   if (!task->has_value() || (*task)->size == 1) {
     std::printf("READY\n");
     std::fflush(stdout);
@@ -81,7 +33,7 @@ int RunSlurmTaskEnv() {
   const std::string tasks = std::to_string(t.size);
   auto secret = env.find(env::kSecret);
   if (secret == env.end() || secret->second.size() < kMinSecretLength) {
-    return Error(
+    return PrintTaskError(
         "Slurm step " + t.step + " has " + tasks + " tasks, and dadt joins them without dadtrun " +
         "only with a job secret that every task has: " +
         (secret == env.end() ? std::string("DADT_SECRET is not set")
@@ -92,30 +44,18 @@ int RunSlurmTaskEnv() {
         tasks + " ...). Without it each task would train alone");
   }
   StatusOr<int> port = DirectLaunchPort(env, t);
-  if (!port.ok()) return Error(port.status().message());
+  if (!port.ok()) return PrintTaskError(port.status().message());
   auto addr_it = env.find(env::kRendezvousAddr);
   const std::string addr = addr_it != env.end() ? addr_it->second : t.rank0_node;
 
   std::unique_ptr<RendezvousServer> server;
   if (t.rank == 0) {
-    // Every interface (or DADT_IFACE's address), not the one the node's own name resolves to
-    // there: many images map their host name to 127.0.1.1. The secret guards the store.
-    std::string bind_addr = "0.0.0.0";
-    auto iface = env.find(env::kIface);
-    if (iface != env.end() && !iface->second.empty()) {
-      StatusOr<std::string> a = net::InterfaceAddress(iface->second);
-      if (!a.ok()) return Error(std::string(env::kIface) + ": " + a.status().message());
-      bind_addr = *a;
-    }
-    RendezvousServerOptions options;
-    options.port = *port;
     StatusOr<std::unique_ptr<RendezvousServer>> started =
-        RendezvousServer::Start(bind_addr, secret->second, options);
+        StartTaskStore(env, secret->second, *port);
     if (!started.ok()) {
-      return Error("rank 0 of Slurm step " + t.step + " cannot serve the rendezvous store on " +
-                   bind_addr + ":" + std::to_string(*port) + " (" + started.status().message() +
-                   "); if another job holds the port, set DADT_RENDEZVOUS_PORT to a free port "
-                   "before srun");
+      return PrintTaskError("rank 0 of Slurm step " + t.step + ": " + started.status().message() +
+                            "; if another job holds the port, set DADT_RENDEZVOUS_PORT to a free "
+                            "port before srun");
     }
     server = std::move(*started);
   }

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dadt.common import process_sets as process_sets_module
 from dadt.common import slurm
+from dadt.common import torchrun
 from dadt.common.exceptions import WorkerRemovedError, from_core_error
 from dadt.common.util import NOT_INITIALIZED, reset_collective_names
 
@@ -145,7 +146,9 @@ def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = N
 
     Reads the job's geometry from the launcher's environment (``dadtrun``); in a task of a Slurm
     step started by ``srun`` without dadtrun, from Slurm's (docs/running.md, "Running under
-    Slurm"); otherwise the process runs as rank 0 of 1. Calling it again while running is a no-op.
+    Slurm"); in a process that ``torchrun`` or a PyTorchJob started, from torch's (RANK,
+    WORLD_SIZE, ...; docs/running.md, "torchrun and Kubernetes"); otherwise the process runs as
+    rank 0 of 1. Calling it again while running is a no-op.
 
     Args:
       comm: An mpi4py communicator (or a list of MPI_COMM_WORLD ranks): the job is that
@@ -167,6 +170,7 @@ def init(comm=None, process_sets=None, *, cycle_duration_ms: Optional[float] = N
     """
     if comm is None and not is_initialized():
         slurm.join_step()  # srun without dadtrun: this task's place in the step (dadt/common/slurm.py)
+        torchrun.join_job()  # torchrun or a PyTorchJob's pods: meet through torch's store (torchrun.py)
     mpi_comm = 0
     backend = _pick_backend(broad_cast_executor, all_reduce_executor,
                             comm is not None and not is_initialized())

@@ -20,7 +20,8 @@ import sysconfig
 _store = None
 
 
-def _dadtrun():
+def find_dadtrun():
+    """The installed dadtrun: beside this Python (its scripts directory), else on PATH; None if absent."""
     here = os.path.join(sysconfig.get_path("scripts"), "dadtrun")
     if os.path.isfile(here) and os.access(here, os.X_OK):
         return here
@@ -38,7 +39,7 @@ def join_step() -> None:
     if "DADT_RANK" in env or "DADT_CONTROLLER" in env:
         return  # a launcher (dadtrun, or dadtrun inside the allocation) set the job up
     tasks = env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS", "?"))
-    dadtrun = _dadtrun()
+    dadtrun = find_dadtrun()
     if dadtrun is None:
         if tasks == "1":
             return
