@@ -12,6 +12,7 @@
 #include "dadtrun/console.h"
 #include "dadtrun/rendezvous_server.h"
 #include "dadtrun/slurm.h"
+#include "dadtrun/slurm_join.h"
 #include "dadtrun/store_task.h"
 #include "dadtrun/worker_env.h"
 #include "runtime/common/env.h"
@@ -31,38 +32,53 @@ int RunSlurmTaskEnv() {
   }
   const SlurmTask& t = **task;
   const std::string tasks = std::to_string(t.size);
+  const std::string hint =
+      "Export DADT_SECRET=$(openssl rand -hex 32) before srun (srun passes it to every task), or "
+      "start the ranks with dadtrun inside the allocation (salloc/sbatch: dadtrun -np " +
+      tasks + " ...). Without it each task would train alone";
   auto secret = env.find(env::kSecret);
-  if (secret == env.end() || secret->second.size() < kMinSecretLength) {
-    return PrintTaskError(
-        "Slurm step " + t.step + " has " + tasks + " tasks, and dadt joins them without dadtrun " +
-        "only with a job secret that every task has: " +
-        (secret == env.end() ? std::string("DADT_SECRET is not set")
-                             : "DADT_SECRET is shorter than " +
-                                   std::to_string(kMinSecretLength) + " characters") +
-        ". Export DADT_SECRET=$(openssl rand -hex 32) before srun (srun passes it to every task), "
-        "or start the ranks with dadtrun inside the allocation (salloc/sbatch: dadtrun -np " +
-        tasks + " ...). Without it each task would train alone");
+  if (secret != env.end() && secret->second.size() < kMinSecretLength) {
+    return PrintTaskError("Slurm step " + t.step + " has " + tasks + " tasks, and DADT_SECRET is " +
+                          "shorter than " + std::to_string(kMinSecretLength) + " characters. " +
+                          hint);
   }
   StatusOr<int> port = DirectLaunchPort(env, t);
   if (!port.ok()) return PrintTaskError(port.status().message());
   auto addr_it = env.find(env::kRendezvousAddr);
   const std::string addr = addr_it != env.end() ? addr_it->second : t.rank0_node;
 
-  std::unique_ptr<RendezvousServer> server;
-  if (t.rank == 0) {
-    StatusOr<std::unique_ptr<RendezvousServer>> started =
-        StartTaskStore(env, secret->second, *port);
-    if (!started.ok()) {
-      return PrintTaskError("rank 0 of Slurm step " + t.step + ": " + started.status().message() +
-                            "; if another job holds the port, set DADT_RENDEZVOUS_PORT to a free "
-                            "port before srun");
-    }
-    server = std::move(*started);
-  }
   EnvMap out = SlurmRankEnvironment(t);
+  std::unique_ptr<RendezvousServer> server;
+  if (secret != env.end()) {
+    if (t.rank == 0) {
+      StatusOr<std::unique_ptr<RendezvousServer>> started =
+          StartTaskStore(env, secret->second, *port);
+      if (!started.ok()) {
+        return PrintTaskError("rank 0 of Slurm step " + t.step + ": " +
+                              started.status().message() +
+                              "; if another job holds the port, set DADT_RENDEZVOUS_PORT to a "
+                              "free port before srun");
+      }
+      server = std::move(*started);
+    }
+    out[env::kRendezvousPort] = std::to_string(*port);
+  } else {
+    // No secret from the user: task 0 makes one and hands it out through munge (slurm_join.h).
+    StatusOr<JoinedStep> joined = JoinStepThroughMunge(env, t, addr, *port);
+    if (!joined.ok()) {
+      return PrintTaskError(
+          "Slurm step " + t.step + " has " + tasks + " tasks, and DADT_SECRET is not set, so dadt " +
+          "joins them through munge, which failed: " + joined.status().message() +
+          ". Where munge cannot do it, export DADT_SECRET=$(openssl rand -hex 32) before srun, or " +
+          "start the ranks with dadtrun inside the allocation (salloc/sbatch: dadtrun -np " + tasks +
+          " ...); each task stops here rather than train alone");
+    }
+    server = std::move(joined->store);
+    out[env::kSecret] = joined->secret;
+    out[env::kRendezvousPort] = std::to_string(joined->store_port);
+  }
   out[env::kController] = "gloo";
   out[env::kRendezvousAddr] = addr;
-  out[env::kRendezvousPort] = std::to_string(*port);
   for (const auto& [name, value] : out) std::printf("%s=%s\n", name.c_str(), value.c_str());
   std::printf("READY\n");
   std::fflush(stdout);

@@ -8,9 +8,13 @@
 // at the port every task derives from the job and step ids (or DADT_RENDEZVOUS_PORT), and the
 // others reach it at the step's first node name (or DADT_RENDEZVOUS_ADDR). It starts serving
 // before READY and keeps on until its standard input closes (the rank that started it has exited)
-// or it gets SIGTERM. The job secret is DADT_SECRET from the environment, which srun passes to
-// every task; there is no default, so a step without one stops with an error instead of training
-// as N one-rank jobs. A step of one task prints READY alone.
+// or it gets SIGTERM. The job secret is DADT_SECRET from the environment when the user exported
+// one (srun passes it to every task). Without it, rank 0 makes one and hands it to the other tasks
+// through munge (dadtrun/slurm_join.h: each task proves its user with a munge credential, and only
+// that user can decode the answer); the store then listens on a free port that the answer names,
+// and DADT_SECRET is one of the printed lines. Without munge either, or with a task of another user,
+// every task stops with an error instead of training as N one-rank jobs. A step of one task prints
+// READY alone.
 //
 // `dadtrun --slurm-rank -- PROGRAM ARGS...` is how `dadtrun` inside an allocation has its one
 // `srun` step start each rank: the job-wide part of the contract comes from dadtrun through srun's

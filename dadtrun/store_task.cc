@@ -26,21 +26,25 @@ int PrintTaskError(const std::string& message) {
   return 2;
 }
 
+StatusOr<std::string> TaskBindAddress(const EnvMap& env) {
+  // DADT_IFACE, or Horovod's HOROVOD_GLOO_IFACE (runtime/common/env.h's alias table).
+  const std::string iface = env::LookupIn(env, env::kIface);
+  if (iface.empty()) return std::string("0.0.0.0");
+  StatusOr<std::string> a = net::InterfaceAddress(iface);
+  if (!a.ok()) return InvalidArgument(std::string(env::kIface) + ": " + a.status().message());
+  return a;
+}
+
 StatusOr<std::unique_ptr<RendezvousServer>> StartTaskStore(const EnvMap& env,
                                                            const std::string& secret, int port) {
-  std::string bind_addr = "0.0.0.0";
-  auto iface = env.find(env::kIface);
-  if (iface != env.end() && !iface->second.empty()) {
-    StatusOr<std::string> a = net::InterfaceAddress(iface->second);
-    if (!a.ok()) return InvalidArgument(std::string(env::kIface) + ": " + a.status().message());
-    bind_addr = *a;
-  }
+  StatusOr<std::string> bind_addr = TaskBindAddress(env);
+  if (!bind_addr.ok()) return bind_addr.status();
   RendezvousServerOptions options;
   options.port = port;
   StatusOr<std::unique_ptr<RendezvousServer>> started =
-      RendezvousServer::Start(bind_addr, secret, options);
+      RendezvousServer::Start(*bind_addr, secret, options);
   if (!started.ok()) {
-    return PreconditionFailed("cannot serve the rendezvous store on " + bind_addr + ":" +
+    return PreconditionFailed("cannot serve the rendezvous store on " + *bind_addr + ":" +
                        std::to_string(port) + " (" + started.status().message() + ")");
   }
   return started;

@@ -31,9 +31,12 @@ inline constexpr size_t kMinSecretLength = 16;
 // Prints "ERROR<TAB>message" (newlines flattened) for the rank that reads our stdout; returns 2.
 int PrintTaskError(const std::string& message);
 
-// Starts the store on `port` (0: ephemeral) of every interface, or of DADT_IFACE's address when
-// `env` names one (not the address the host's own name resolves to: many images map it to
-// 127.0.1.1). The secret guards the store.
+// The address a task's listener binds: DADT_IFACE's address when `env` names one, else every
+// interface ("0.0.0.0"; not the address the host's own name resolves to: many images map it to
+// 127.0.1.1). An unknown interface is InvalidArgument naming DADT_IFACE.
+StatusOr<std::string> TaskBindAddress(const EnvMap& env);
+
+// Starts the store on `port` (0: ephemeral) of TaskBindAddress(env). The secret guards the store.
 StatusOr<std::unique_ptr<RendezvousServer>> StartTaskStore(const EnvMap& env,
                                                            const std::string& secret, int port);
 

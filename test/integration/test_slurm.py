@@ -3,12 +3,15 @@ submitted with srun, salloc and sbatch, their output read back.
 
 No ssh is used anywhere: the Slurm nodes run no sshd, and every job here runs with an `ssh` first on PATH that
 records its call and fails; each test asserts that it was never called. Direct launch (`srun python ...`, no
-dadtrun) joins the step's tasks through rank 0's rendezvous store with the DADT_SECRET the test exports; dadtrun
-inside an allocation takes its hosts from Slurm and starts the ranks as one srun step.
+dadtrun) joins the step's tasks through rank 0's rendezvous store, with the DADT_SECRET the test exports or,
+without one, a secret rank 0 hands out through the cluster's munge (`munge` shims on PATH stand in for a node
+without munge and for a task whose credentials are another user's); dadtrun inside an allocation takes its hosts
+from Slurm and starts the ranks as one srun step.
 
 Needs root, network namespaces and Debian's slurmctld, slurmd, slurm-client and munge (tools/install_deps.sh);
 otherwise the module is skipped with the reason. About 3 minutes (2 cores).
 """
+import hashlib
 import json
 import os
 import re
@@ -60,11 +63,13 @@ def cluster(tmp_path_factory):
     assert down.returncode == 0, down.stderr
 
 
-def slurm_env(cluster, **extra):
+def slurm_env(cluster, path_first=None, **extra):
     env = worker_env(**extra)
     env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}
     env["SLURM_CONF"] = SLURM_CONF
     env["PATH"] = cluster["shim"] + os.pathsep + env["PATH"]
+    if path_first:
+        env["PATH"] = path_first + os.pathsep + env["PATH"]
     return env
 
 
@@ -72,9 +77,9 @@ def secret():
     return os.urandom(32).hex()
 
 
-def run(cluster, cmd, timeout=300, **extra):
-    proc = subprocess.run(cmd, env=slurm_env(cluster, **extra), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, cwd=REPO)
+def run(cluster, cmd, timeout=300, path_first=None, **extra):
+    proc = subprocess.run(cmd, env=slurm_env(cluster, path_first, **extra), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL, cwd=REPO)
     assert not cluster["ssh_log"].exists(), "ssh was called: " + cluster["ssh_log"].read_text()
     return proc
 
@@ -121,14 +126,15 @@ def wait_clean(marker, seconds=5.0):
 
 
 GEOMETRY = """
-import json, socket, sys
+import hashlib, json, os, socket, sys
 import torch
 import dadt.torch as dadt
 dadt.init()
 total = dadt.allreduce(torch.tensor([float(dadt.rank())]), name="sum.ranks", op=dadt.Sum)
+secret = hashlib.sha256(os.environ.get("DADT_SECRET", "").encode()).hexdigest()
 print(json.dumps({"rank": dadt.rank(), "size": dadt.size(), "local_rank": dadt.local_rank(),
                   "local_size": dadt.local_size(), "cross_rank": dadt.cross_rank(), "cross_size": dadt.cross_size(),
-                  "host": socket.gethostname(), "sum": total.item()}), flush=True)
+                  "host": socket.gethostname(), "sum": total.item(), "secret": secret}), flush=True)
 dadt.shutdown()
 """
 
@@ -148,8 +154,10 @@ def test_direct_srun_geometry_and_digits(cluster, tmp_path):
     key = secret()
     proc = run(cluster, ["srun", "-N", "2", "--ntasks-per-node", "2", "--label", PY, str(script)], DADT_SECRET=key)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    check_geometry({json.loads(t)["rank"]: json.loads(t) for _, t in labelled(proc.stdout) if t.startswith("{")})
-    # The secret reaches the tasks only through the environment, never a command line.
+    rows = {json.loads(t)["rank"]: json.loads(t) for _, t in labelled(proc.stdout) if t.startswith("{")}
+    check_geometry(rows)
+    # The user's secret wins over munge, and reaches the tasks only through the environment.
+    assert {row["secret"] for row in rows.values()} == {hashlib.sha256(key.encode()).hexdigest()}
     assert key not in proc.stdout + proc.stderr
 
     proc = run(cluster, ["srun", "-N", "2", "--ntasks-per-node", "2", "--label", *DIGITS], DADT_SECRET=secret())
@@ -160,15 +168,61 @@ def test_direct_srun_geometry_and_digits(cluster, tmp_path):
     assert not wait_clean("train_digits.py")
 
 
-def test_direct_srun_without_a_secret_stops_every_task(cluster, tmp_path):
+def test_direct_srun_without_a_secret_joins_through_munge(cluster, tmp_path):
+    # What a user types: no DADT_SECRET anywhere. Rank 0 makes one and hands it out through munge.
     script = tmp_path / "geometry.py"
     script.write_text(GEOMETRY)
-    proc = run(cluster, ["srun", "-N", "2", "--ntasks-per-node", "1", "--label", PY, str(script)], timeout=120)
+    proc = run(cluster, ["srun", "-N", "2", "--ntasks-per-node", "2", "--label", PY, str(script)])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = {json.loads(t)["rank"]: json.loads(t) for _, t in labelled(proc.stdout) if t.startswith("{")}
+    check_geometry(rows)
+    secrets = {row["secret"] for row in rows.values()}
+    assert len(secrets) == 1 and secrets != {hashlib.sha256(b"").hexdigest()}, rows
+    assert not wait_clean(str(script))
+
+
+def munge_shim(tmp_path, body):
+    """A directory whose `munge` and `unmunge` run `body` (sh) in place of the real programs."""
+    shim = tmp_path / "munge-shim"
+    shim.mkdir()
+    for name in ("munge", "unmunge"):
+        real = shutil.which(name) or "/usr/bin/" + name
+        (shim / name).write_text("#!/bin/sh\nREAL=%s\n%s\n" % (real, body))
+        (shim / name).chmod(0o755)
+    return str(shim)
+
+
+def assert_every_task_says(proc, ranks, *words):
     assert proc.returncode != 0, proc.stdout
     assert not [t for _, t in labelled(proc.stdout) if t.startswith("{")], "a task trained alone"
-    errors = [t for r, t in labelled(proc.stderr) if "DADT_SECRET is not set" in t]
-    assert sorted({r for r, t in labelled(proc.stderr) if "DADT_SECRET is not set" in t}) == [0, 1], proc.stderr
-    assert all("has 2 tasks" in t for t in errors), errors
+    said = {r for r, t in labelled(proc.stderr) if all(w in t for w in words)}
+    assert sorted(said) == ranks, proc.stderr[-4000:]
+
+
+def test_direct_srun_without_a_secret_or_munge_stops_every_task(cluster, tmp_path):
+    script = tmp_path / "geometry.py"
+    script.write_text(GEOMETRY)
+    no_munge = munge_shim(tmp_path, 'echo "$(basename $0): Error: Failed to access \\"/run/munge/munge.socket.2\\": '
+                                    'No such file or directory" >&2; exit 6')
+    proc = run(cluster, ["srun", "-N", "2", "--ntasks-per-node", "1", "--label", PY, str(script)], timeout=120,
+               path_first=no_munge)
+    assert_every_task_says(proc, [0, 1], "has 2 tasks", "DADT_SECRET is not set", "cannot get a munge credential",
+                           "Failed to access")
+
+
+def test_direct_srun_with_a_task_of_another_user_stops_every_task(cluster, tmp_path):
+    # Task 1's credentials are made by uid 65534 (nobody): what a task of another user presents.
+    script = tmp_path / "geometry.py"
+    script.write_text(GEOMETRY)
+    other_user = munge_shim(tmp_path, 'if [ "$SLURM_PROCID" = 1 ]; then '
+                                      'exec setpriv --reuid=65534 --regid=65534 --clear-groups "$REAL" "$@"; fi\n'
+                                      'exec "$REAL" "$@"')
+    started = time.monotonic()
+    proc = run(cluster, ["srun", "-N", "2", "--ntasks-per-node", "1", "--label", PY, str(script)], timeout=120,
+               path_first=other_user)
+    assert time.monotonic() - started < 60, "the refusal waited for a time-out"
+    assert_every_task_says(proc, [0, 1], "DADT_SECRET is not set",
+                           "task 1 of Slurm step", "runs as uid 65534", "task 0 as uid %d" % os.geteuid())
 
 
 @pytest.mark.parametrize("how", ["salloc", "sbatch"])

@@ -5,10 +5,13 @@ no launcher prepared (no DADT_RANK, no DADT_CONTROLLER), it runs ``dadtrun --slu
 reads the step from Slurm's variables (C++: dadtrun/slurm.cc, where the node-list forms are parsed and
 tested) and prints this task's part of the launcher -> worker contract; on the step's rank 0 that
 process also serves the job's rendezvous store until this process exits (its stdin closes). A step of
-one task, or a process outside a step (salloc's shell, an sbatch script), runs as before.
+one task, or a process outside a step (salloc's shell, an sbatch script), runs as before. The job
+secret is DADT_SECRET when the user exported one; else rank 0 makes one and hands it to the tasks
+that munge proves are its user's (dadtrun/slurm_join.h), and it comes back here as DADT_SECRET.
 
-A step of several tasks that cannot join (no DADT_SECRET, no dadtrun, bad Slurm variables) raises
-here, on every task, instead of training as that many one-rank jobs.
+A step of several tasks that cannot join (no DADT_SECRET and no munge, a task of another user, no
+dadtrun, bad Slurm variables) raises here, on every task, instead of training as that many one-rank
+jobs.
 """
 import os
 import shutil
