@@ -235,6 +235,14 @@ StatusOr<LaunchConfig> Convert(const RawFlags& raw, std::vector<std::string> com
       return BadValue("--start-timeout", "a whole number of seconds >= 1", raw.start_timeout);
     }
     c.start_timeout_seconds = s;
+  } else if (env::IsSet(env::kStartTimeout)) {
+    // As horovodrun reads HOROVOD_START_TIMEOUT: dadtrun's own wait and the ranks' agree.
+    StatusOr<int64_t> s = env::GetInt(env::kStartTimeout, env::kDefaultStartTimeoutSeconds);
+    if (!s.ok() || *s < 1) {
+      return InvalidArgument(std::string(env::Source(env::kStartTimeout)) + "='" +
+                             env::GetString(env::kStartTimeout) + "' is not a whole number of seconds >= 1");
+    }
+    c.start_timeout_seconds = *s;
   }
   if (!raw.log_level.empty()) {
     std::string level = raw.log_level;
@@ -354,19 +362,22 @@ std::string UsageText() {
          "  --max-np N                 most workers the job runs with (default: no limit)\n"
          "  --host-discovery-script F  run every second; prints the usable hosts, one 'host[:slots]' a line\n"
          "  --slots-per-host N         slots of a script line without ':slots' (default 1)\n"
-         "  --elastic-timeout S        how long to wait for --min-np slots before giving up (default 600)\n"
+         "  --elastic-timeout S        how long to wait for --min-np slots before giving up\n"
+         "                             (default: DADT_ELASTIC_TIMEOUT, else 600)\n"
          "  --reset-limit N            end the job at the (N+1)-th change of its workers (default: none)\n"
          "  --blacklist-cooldown-range MIN MAX  a failed host rests MIN s, doubling up to MAX s, then\n"
          "                             is used again (default: a failed host is never used again)\n"
          "  --elastic-checkpoint PATH  rank 0 writes each commit() there; if every worker is replaced, the\n"
          "                             job resumes from it (a path every host sees) -> DADT_ELASTIC_CHECKPOINT\n"
-         "  (--min-np with -H/--hostfile and no script: fault tolerance on that fixed host list)\n"
+         "  (--min-np with -H/--hostfile and no script: fault tolerance on that fixed host list;\n"
+         "   with a script, -H/--hostfile is ignored, as horovodrun does)\n"
          "  --verbose                  print what dadtrun does (stderr, prefixed 'dadtrun:')\n"
          "  --version                  print the version and exit\n"
          "  -h, --help                 print this help and exit\n"
          "\n"
          "Each output line of rank N appears as [N]<stdout>:line or [N]<stderr>:line.\n"
-         "Unset tuning flags leave the variables as your environment has them.\n";
+         "Unset tuning flags leave the variables as your environment has them; Horovod's names\n"
+         "(HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME, ...) work too, and the DADT_ name wins.\n";
 }
 
 StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,

@@ -50,6 +50,8 @@ struct LaunchConfig {
   std::vector<std::pair<std::string, std::optional<std::string>>> forward_env;
   std::vector<std::pair<std::string, std::string>> stall_env;  // --*stall-check*: DADT_STALL_*
   ElasticConfig elastic;  // --min-np, --max-np, --host-discovery-script, ... (elastic_flags.h)
+  // One line each that dadtrun prints before it launches (e.g. -H ignored beside a discovery script).
+  std::vector<std::string> notices;
 };
 
 struct CommandLine {

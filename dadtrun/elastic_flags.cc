@@ -94,6 +94,13 @@ Status ConvertElasticFlags(const RawElasticFlags& raw, LaunchConfig* config) {
       return Bad("--elastic-timeout", "a whole number of seconds >= 1", raw.elastic_timeout);
     }
     e.elastic_timeout_seconds = v;
+  } else if (env::IsSet(env::kElasticTimeout)) {
+    // As horovodrun reads HOROVOD_ELASTIC_TIMEOUT (either name: runtime/common/env.h).
+    const std::string value = env::GetString(env::kElasticTimeout);
+    if (!ParseCount(value, 1, 100000000, &v)) {
+      return Bad(env::Source(env::kElasticTimeout), "a whole number of seconds >= 1", value);
+    }
+    e.elastic_timeout_seconds = v;
   }
   if (!raw.reset_limit.empty()) {
     if (!ParseCount(raw.reset_limit, 0, 1000000000, &v)) {
@@ -118,8 +125,11 @@ Status ConvertElasticFlags(const RawElasticFlags& raw, LaunchConfig* config) {
   }
   if (!e.discovery_script.empty()) {
     if (config->hosts_given) {
-      return InvalidArgument("--host-discovery-script and -H/--hostfile both given: the script names the hosts "
-                             "of an elastic job; use one of them");
+      // horovodrun takes the pair (Horovod's elastic examples give both) and discovers with the
+      // script alone; so does dadtrun, saying so.
+      config->notices.push_back("-H/--hostfile ignored: --host-discovery-script names the hosts of an elastic "
+                                "job (as with horovodrun)");
+      config->hosts_given = false;
     }
     config->hosts.clear();  // they come from the script
     return Status::OK();

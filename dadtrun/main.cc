@@ -57,5 +57,6 @@ int main(int argc, char** argv) {
     std::fputs(cl->text.c_str(), stdout);
     return 0;
   }
+  for (const std::string& notice : cl->config.notices) dadt::dadtrun::console::Message(notice);
   return dadt::dadtrun::Launch(cl->config);
 }

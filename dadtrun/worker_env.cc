@@ -108,7 +108,7 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
   if (config.cache_capacity) env[env::kCacheCapacity] = std::to_string(*config.cache_capacity);
   if (config.start_timeout_seconds) {
     env[env::kStartTimeout] = std::to_string(*config.start_timeout_seconds);
-  } else if (env.find(env::kStartTimeout) == env.end()) {
+  } else if (env::LookupIn(env, env::kStartTimeout).empty()) {  // nor HOROVOD_START_TIMEOUT
     env[env::kStartTimeout] = std::to_string(env::kDefaultStartTimeoutSeconds);
   }
   if (config.log_level) env[env::kLogLevel] = *config.log_level;

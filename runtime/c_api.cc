@@ -297,6 +297,8 @@ int dadt_env_fusion_threshold(int64_t* bytes, int* is_set) {
   return DADT_OK;
 }
 
+const char* dadt_env_source(const char* name) { return dadt::env::Source(name); }
+
 int dadt_set_fusion_params(int64_t fusion_threshold_bytes, double cycle_time_ms) {
   auto rt = GetRunning();
   if (!rt) return Fail(NotInitialized());

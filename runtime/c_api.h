@@ -181,6 +181,11 @@ int dadt_scatter_rows(int64_t rows, int size, int rank, int64_t* first_row, int6
  * DADT_ERR_INVALID_ARGUMENT when it is not an integer >= 0 (`1e6`, `-1`), with the message that
  * dadt_init gives in dadt_last_error(). */
 int dadt_env_fusion_threshold(int64_t* bytes, int* is_set);
+/* The environment variable that supplies the knob `name` (a DADT_ name), by the runtime's rule for
+ * Horovod's names (runtime/common/env.h): `name` when it is set, else its HOROVOD_ alias when that
+ * one is set, else `name`. Front ends that read a knob themselves read the variable named here.
+ * The pointer is static (`name` itself or an entry of the alias table). */
+const char* dadt_env_source(const char* name);
 
 /* Timeline: rank 0 writes every tensor's phases to `path` as Chrome trace JSON (valid JSON at
  * every moment); other ranks return DADT_OK and do nothing. mark_cycles adds CYCLE_START marks. */

@@ -39,9 +39,25 @@ std::string BackendActivity(std::string_view backend, std::string_view op) {
   std::string out;
   AppendUpper(&out, backend);
   out.push_back('_');
-  AppendUpper(&out, op);
+  AppendUpper(&out, op == "broadcast" ? std::string_view("bcast") : op);
   return out;
 }
+
+std::string TensorRow(std::string_view op, std::string_view name) {
+  auto starts_with_op = [&](std::string_view prefix) {
+    return name.size() > prefix.size() + op.size() && name.substr(0, prefix.size()) == prefix &&
+           name.substr(prefix.size(), op.size()) == op && name[prefix.size() + op.size()] == '.';
+  };
+  if (op.empty() || starts_with_op("") || starts_with_op("grouped_")) return std::string(name);
+  std::string out;
+  out.reserve(op.size() + 1 + name.size());
+  out.append(op);
+  out.push_back('.');
+  out.append(name);
+  return out;
+}
+
+std::string RankReadyActivity(int rank) { return std::to_string(rank); }
 
 std::string TensorArgs(std::string_view dtype, const std::vector<int64_t>& shape) {
   std::string out;

@@ -5,12 +5,14 @@
 //   auto writer = std::make_shared<ChromeTraceWriter>();  // chrome_trace_writer.h
 //   if (writer->Start("timeline.json").ok()) stream.AddSink(writer);
 //   if (stream.enabled()) {                               // one relaxed load when nobody listens
-//     stream.Emit({NowMicros(), Phase::kBegin, name, NegotiateActivity("allreduce"), {}});
+//     stream.Emit({NowMicros(), Phase::kBegin, TensorRow("allreduce", name),
+//                  NegotiateActivity("allreduce"), {}});
 //   }
 //
 // Who emits what. Everything is emitted by the loop thread (phase 3 by the lane that runs the
 // response, when lanes run it: runtime/core/lanes.h), per tensor row, in this order
-// (activity names follow Horovod's, so existing Horovod timeline habits carry over):
+// (row and activity names follow Horovod's, so existing Horovod timeline habits and tools carry
+// over; the row, Event::tensor, is TensorRow(op, name): "allreduce.grad.w" for tensor "grad.w"):
 //  1. QUEUE B/E: the wait in the TensorQueue. B carries the moment Runtime::Enqueue accepted the
 //     entry (taken on the framework thread and stored in the entry), E the moment the loop thread
 //     drained it. Both are emitted at drain time; ts_us is what places them, not emission order.
@@ -18,7 +20,7 @@
 //     used for the wait that dadt does have.)
 //  2. NEGOTIATE_<OP> B at drain, when the request leaves for the coordinator (or, on rank 0, is
 //     added to it). On rank 0 only, an instant per rank when that rank's request reaches the
-//     Coordinator: activity = the rank as text (Horovod's rank-ready mark), args
+//     Coordinator: activity = RankReadyActivity(rank), the rank as text (Horovod's mark), args
 //     ReadyRankArgs(rank) = {"ready_rank":1}. NEGOTIATE_<OP> E when the response naming the
 //     tensor arrives (Runtime::HandleResponses, before Executor::Execute).
 //  3. <OP> B (ALLREDUCE, ALLGATHER, BROADCAST, ...) when the Executor starts the response. Nested
@@ -50,7 +52,7 @@ enum class Phase { kBegin, kEnd, kInstant };
 struct Event {
   int64_t ts_us = 0;
   Phase phase = Phase::kInstant;
-  std::string tensor;    // the row; empty for process-wide marks such as CYCLE_START
+  std::string tensor;    // the row (TensorRow); empty for process-wide marks such as CYCLE_START
   std::string activity;  // QUEUE, NEGOTIATE_ALLREDUCE, GLOO_ALLREDUCE, ...
   std::string args;      // empty, or one JSON object as text (use the *Args helpers below)
 };
@@ -66,8 +68,18 @@ int64_t NowMicros();
 std::string OpActivity(std::string_view op);
 // "allreduce" -> "NEGOTIATE_ALLREDUCE".
 std::string NegotiateActivity(std::string_view op);
-// ("gloo", "allreduce") -> "GLOO_ALLREDUCE".
+// ("gloo", "allreduce") -> "GLOO_ALLREDUCE"; broadcast is BCAST, as Horovod writes it
+// ("gloo", "broadcast") -> "GLOO_BCAST" (Horovod's GLOO_BCAST, MPI_BCAST, NCCL_BCAST).
 std::string BackendActivity(std::string_view backend, std::string_view op);
+// The row (Event::tensor) of tensor `name` of collective `op`: Horovod's name for it,
+// "<op>.<name>" ("allreduce", "test_allreduce") -> "allreduce.test_allreduce", as Horovod's
+// PyTorch front end names every tensor it enqueues, so tools that look for Horovod's rows find
+// them. A name that already starts with "<op>." or "grouped_<op>." is kept as it is: dadt's
+// generated names ("allreduce.noname.3", "grouped_allreduce.noname.1.0") and Horovod's own
+// ("allreduce.noname.3") carry the op already.
+std::string TensorRow(std::string_view op, std::string_view name);
+// The activity of rank `rank`'s readiness instant: the rank as text ("1"), Horovod's name.
+std::string RankReadyActivity(int rank);
 // {"dtype":"float32","shape":[2,3]}: the args of the end of step 3.
 std::string TensorArgs(std::string_view dtype, const std::vector<int64_t>& shape);
 // {"ready_rank":1}: the args of a rank-ready instant.

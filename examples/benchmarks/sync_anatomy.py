@@ -63,7 +63,7 @@ def worker(args):
         loss.backward()
         opt.step()
         steps.append((a, b, now()))
-    large = {"grad." + n for n, p in model.named_parameters() if p.numel() >= args.large_elements}
+    large = {"allreduce.grad." + n for n, p in model.named_parameters() if p.numel() >= args.large_elements}
     rank = dadt.rank()
     dadt.shutdown()  # rank 0's timeline is complete from here on
     if rank == 0:
@@ -74,7 +74,7 @@ def worker(args):
 def phases(steps, timeline, large, warmup):
     """Per step after `warmup`: (forward, backward start -> first large allreduce, first large
     allreduce -> last one done, last done -> step end, step), in ms. `large`: the timeline rows
-    (grad.<parameter name>) of the large gradients."""
+    (allreduce.grad.<parameter name>, Horovod's row names) of the large gradients."""
     from dadt.timeline.trace import load_trace
     spans = [(s.start_us, s.end_us) for s in load_trace(timeline).spans
              if s.phase == "GLOO_ALLREDUCE" and s.tensor in large]

@@ -361,6 +361,9 @@ PYBIND11_MODULE(_core, m) {
     CheckStatus(dadt_env_fusion_threshold(&bytes, &is_set));
     return py::make_tuple(bytes, is_set != 0);
   }, "(bytes, is_set): DADT_FUSION_THRESHOLD as the runtime reads it, or (its default, False).");
+  m.def("env_source", [](const std::string& name) { return std::string(dadt_env_source(name.c_str())); },
+        py::arg("name"),
+        "The variable that supplies the knob `name`: itself, or its HOROVOD_ alias when only that is set.");
   m.def("shutdown", &Shutdown, "Stops the runtime; pending handles fail with ERR_ABORTED.");
   m.def("is_initialized", [] { return dadt_is_initialized() != 0; });
   m.def("elastic_round", &dadt_elastic_round,

@@ -2,10 +2,16 @@
 //
 // dadtrun sets these for each rank; the runtime reads them at init. A dadtrun flag maps to exactly
 // one of them (docs/running.md has the table). Helpers parse values with a clear error on junk.
+// Knobs that Horovod has too are also read under Horovod's names (kHorovodAliases below):
+//
+//   setenv("HOROVOD_CYCLE_TIME", "5", 1);
+//   env::GetDouble(env::kCycleTime, 1.0);   // 5.0 while DADT_CYCLE_TIME is unset
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "runtime/common/status.h"
 
@@ -77,6 +83,8 @@ inline constexpr const char kAutotuneStepsPerSample[] = "DADT_AUTOTUNE_STEPS_PER
 inline constexpr const char kAutotuneMaxSamples[] = "DADT_AUTOTUNE_BAYES_OPT_MAX_SAMPLES";
 inline constexpr const char kAutotuneNoise[] = "DADT_AUTOTUNE_GAUSSIAN_PROCESS_NOISE";
 inline constexpr const char kTimeline[] = "DADT_TIMELINE";  // path of rank 0's trace file
+// DADT_TIMELINE=DYNAMIC (Horovod's value): no file at init; start_timeline() starts one later.
+inline constexpr const char kTimelineDynamic[] = "DYNAMIC";
 inline constexpr const char kTimelineMarkCycles[] = "DADT_TIMELINE_MARK_CYCLES";
 inline constexpr const char kDeviceBackend[] = "DADT_DEVICE_BACKEND";  // GPU tensors: nccl | none
 
@@ -89,19 +97,68 @@ inline constexpr int64_t kDefaultStartTimeoutSeconds = 30;
 inline constexpr int64_t kDefaultGlooTimeoutSeconds = 300;
 inline constexpr double kDefaultStallCheckTimeSeconds = 60.0;
 
-// Returns the variable, or `fallback` when unset or empty.
+// Horovod's names. A knob that Horovod has with the same meaning and units is also read under
+// Horovod's name, so that a Horovod job's environment works unchanged: when the DADT_ name is unset
+// or empty and the HOROVOD_ name is set, the HOROVOD_ value is taken; when both are set, the DADT_
+// name wins. This table is the one place the rule lives: every reader of a knob goes through the
+// getters below (the runtime, dadtrun, and the Python front ends through dadt_env_source), and the
+// runtime names each alias taken in one line at init (HorovodAliasNotices). Horovod's variables
+// that dadt has no knob for are not aliased; docs/api.md, "Differences from Horovod", lists them.
+struct HorovodAlias {
+  const char* dadt;     // DADT_FUSION_THRESHOLD
+  const char* horovod;  // HOROVOD_FUSION_THRESHOLD
+};
+inline constexpr HorovodAlias kHorovodAliases[] = {
+    {kFusionThreshold, "HOROVOD_FUSION_THRESHOLD"},  // bytes in both
+    {kCycleTime, "HOROVOD_CYCLE_TIME"},              // milliseconds in both
+    {kCacheCapacity, "HOROVOD_CACHE_CAPACITY"},
+    {kHierarchicalAllreduce, "HOROVOD_HIERARCHICAL_ALLREDUCE"},
+    {kStartTimeout, "HOROVOD_START_TIMEOUT"},  // seconds; dadtrun reads it as horovodrun does
+    {kGlooTimeout, "HOROVOD_GLOO_TIMEOUT_SECONDS"},
+    {kIface, "HOROVOD_GLOO_IFACE"},
+    {kLogLevel, "HOROVOD_LOG_LEVEL"},
+    {kStallCheckTime, "HOROVOD_STALL_CHECK_TIME_SECONDS"},
+    {kStallShutdownTime, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"},
+    {kStallCheckDisable, "HOROVOD_STALL_CHECK_DISABLE"},
+    {kAutotune, "HOROVOD_AUTOTUNE"},
+    {kAutotuneLog, "HOROVOD_AUTOTUNE_LOG"},
+    {kAutotuneWarmupSamples, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES"},
+    {kAutotuneStepsPerSample, "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE"},
+    {kAutotuneMaxSamples, "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES"},
+    {kAutotuneNoise, "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"},
+    {kTimeline, "HOROVOD_TIMELINE"},
+    {kTimelineMarkCycles, "HOROVOD_TIMELINE_MARK_CYCLES"},
+    {kElasticTimeout, "HOROVOD_ELASTIC_TIMEOUT"},  // seconds; dadtrun reads it as horovodrun does
+};
+
+// Horovod's name for the DADT_ variable `name`, or nullptr when it has none.
+const char* HorovodAliasOf(const char* name);
+// The variable that supplies `name`: `name` itself when it is set (non-empty), else its Horovod
+// alias when that one is set, else `name`. The getters below read through it.
+const char* Source(const char* name);
+// The same rule over an environment held as a map (dadtrun's EnvMap, a child's environment): the
+// value of `name` when set (non-empty), else of its Horovod alias when set, else "".
+std::string LookupIn(const std::map<std::string, std::string>& env, const char* name);
+// One line per alias in effect in this environment, in table order:
+//   "HOROVOD_CYCLE_TIME=5 taken as DADT_CYCLE_TIME"            (only the Horovod name is set)
+//   "HOROVOD_CYCLE_TIME=5 ignored: DADT_CYCLE_TIME=2 is set"   (both set, to different values)
+// Empty when no Horovod name is set.
+std::vector<std::string> HorovodAliasNotices();
+
+// Returns the variable (or its Horovod alias: Source), or `fallback` when unset or empty.
 std::string GetString(const char* name, const std::string& fallback = "");
 bool IsSet(const char* name);
 // Parse helpers: an unset variable gives `fallback`; a malformed one gives InvalidArgument
-// naming the variable and the bad value.
+// naming the variable read (the DADT_ name or its Horovod alias) and the bad value.
 StatusOr<int64_t> GetInt(const char* name, int64_t fallback);
 StatusOr<double> GetDouble(const char* name, double fallback);
 StatusOr<bool> GetBool(const char* name, bool fallback);
 
-// DADT_FUSION_THRESHOLD in bytes: an integer >= 0, or `fallback` when unset or empty. The runtime
-// (RuntimeOptions::FromEnv) and the front ends (dadt_env_fusion_threshold, which the Python
-// training modes use for their bucket size) read the variable only through this function, so a
-// value such as `1e6` is refused everywhere with the same message.
+// DADT_FUSION_THRESHOLD (or HOROVOD_FUSION_THRESHOLD) in bytes: an integer >= 0, or `fallback`
+// when unset or empty. The runtime (RuntimeOptions::FromEnv) and the front ends
+// (dadt_env_fusion_threshold, which the Python training modes use for their bucket size) read the
+// variable only through this function, so a value such as `1e6` is refused everywhere with the
+// same message.
 StatusOr<int64_t> GetFusionThreshold(int64_t fallback = kDefaultFusionThresholdBytes);
 
 // The path of the executable regular file `name` in the first directory of PATH that has one, as

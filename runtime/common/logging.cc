@@ -6,14 +6,16 @@
 #include <cstring>
 #include <strings.h>
 
+#include "runtime/common/env.h"
+
 namespace dadt {
 namespace {
 
 // Read once; logging never changes the process state beyond this and the rank.
 LogLevel ReadLevel() {
-  const char* v = std::getenv("DADT_LOG_LEVEL");
+  const std::string v = env::GetString(env::kLogLevel);  // or HOROVOD_LOG_LEVEL (env.h)
   LogLevel level = LogLevel::kWarning;
-  if (v && *v) ParseLogLevel(v, &level);
+  if (!v.empty()) ParseLogLevel(v, &level);
   return level;
 }
 

@@ -4,8 +4,9 @@
 //   DADT_CHECK_EQ(a.size(), b.size());   // aborts with both values and file:line
 //
 // Lines go to stderr as "[dadt <level> rank R] file:line message". The level comes from
-// DADT_LOG_LEVEL (trace, debug, info, warning, error; default warning). The rank prefix is set
-// once by the runtime with SetLogRank; it is the only process-wide logging setting.
+// DADT_LOG_LEVEL or Horovod's HOROVOD_LOG_LEVEL (trace, debug, info, warning, error; default
+// warning). The rank prefix is set once by the runtime with SetLogRank; it is the only
+// process-wide logging setting.
 #pragma once
 
 #include <sstream>

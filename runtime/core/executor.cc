@@ -56,7 +56,7 @@ void Executor::Mark(const std::vector<std::string>& names, const std::string& ac
     auto it = entries.find(name);
     if (it == entries.end()) continue;
     const Request& r = it->second.request;
-    events_->Emit(timeline::Event{now, phase, name, activity,
+    events_->Emit(timeline::Event{now, phase, timeline::TensorRow(OpTypeName(r.op), name), activity,
                                   with_args ? timeline::TensorArgs(DataTypeName(r.dtype), r.shape)
                                             : std::string()});
   }

@@ -91,8 +91,8 @@ void ResponseDispatcher::MarkNegotiated(const Response& resp, const EntryMap& en
   for (const std::string& name : resp.names) {
     auto e = entries.find(EntryKey(resp.process_set_id, name));
     if (e == entries.end()) continue;
-    events_->Emit({t, timeline::Phase::kEnd, name,
-                   timeline::NegotiateActivity(OpTypeName(e->second.request.op)),
+    const char* op = OpTypeName(e->second.request.op);
+    events_->Emit({t, timeline::Phase::kEnd, timeline::TensorRow(op, name), timeline::NegotiateActivity(op),
                    resp.type == Response::Type::kError ? "{\"error\":true}" : ""});
   }
 }

@@ -235,10 +235,10 @@ void Runtime::SubmitQueuedFromLoop(Clock::time_point now) {
     Request& req = e.request;
     if (traced) {
       const int64_t t = timeline::NowMicros();
-      events_.Emit({e.enqueue_us, timeline::Phase::kBegin, req.name, timeline::kQueue, ""});
-      events_.Emit({t, timeline::Phase::kEnd, req.name, timeline::kQueue, ""});
-      events_.Emit({t, timeline::Phase::kBegin, req.name,
-                    timeline::NegotiateActivity(OpTypeName(req.op)), ""});
+      const std::string row = timeline::TensorRow(OpTypeName(req.op), req.name);
+      events_.Emit({e.enqueue_us, timeline::Phase::kBegin, row, timeline::kQueue, ""});
+      events_.Emit({t, timeline::Phase::kEnd, row, timeline::kQueue, ""});
+      events_.Emit({t, timeline::Phase::kBegin, row, timeline::NegotiateActivity(OpTypeName(req.op)), ""});
     }
     // Kept in the entry too: a resend carries the payload again.
     AttachEagerInput(&req, e.input, options_.eager_threshold_bytes);

@@ -77,7 +77,7 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
     DADT_ASSIGN_OR_RETURN(elastic_s,
                           env::GetInt(env::kElasticTimeout, env::kDefaultElasticTimeoutSeconds));
     if (elastic_s <= 0) {
-      return InvalidArgument(std::string(env::kElasticTimeout) + " must be > 0 seconds, got " +
+      return InvalidArgument(std::string(env::Source(env::kElasticTimeout)) + " must be > 0 seconds, got " +
                              std::to_string(elastic_s));
     }
     o.elastic_timeout = std::chrono::seconds(elastic_s);
@@ -86,7 +86,7 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
     return InvalidArgument("bad job geometry: rank " + std::to_string(o.rank) + " of size " +
                            std::to_string(o.size) + " (DADT_RANK/DADT_SIZE)");
   }
-  if (o.cycle_time_ms < 0) return InvalidArgument("DADT_CYCLE_TIME must be >= 0");
+  if (o.cycle_time_ms < 0) return InvalidArgument(std::string(env::Source(env::kCycleTime)) + " must be >= 0");
   return o;
 }
 

@@ -1,6 +1,8 @@
 // Runtime::Start and the constructor: how a Runtime's parts are wired together once
 // ConnectEngines (engine_setup.h) has settled and connected the engines. Runs on the thread that
 // calls Start; the loop thread starts last, when everything it touches exists.
+#include <cstdio>
+#include <string>
 #include <utility>
 
 #include "runtime/common/env.h"
@@ -75,10 +77,17 @@ Status Runtime::StartRankZeroTools() {
     if (!tuner.ok()) return tuner.status();
     autotune_ = std::move(*tuner);
   }
-  if (env::IsSet(env::kTimeline)) {
+  if (coordinator_) {
+    // Once per job, as the autotuner's lines: every rank normally has the same environment.
+    for (const std::string& line : env::HorovodAliasNotices()) {
+      std::fprintf(stderr, "dadt: %s\n", line.c_str());
+    }
+  }
+  const std::string timeline = env::GetString(env::kTimeline);
+  if (!timeline.empty() && timeline != env::kTimelineDynamic) {
     auto mark = env::GetBool(env::kTimelineMarkCycles, false);
     if (!mark.ok()) return mark.status();
-    DADT_RETURN_IF_ERROR(StartTimeline(env::GetString(env::kTimeline), *mark));
+    DADT_RETURN_IF_ERROR(StartTimeline(timeline, *mark));
   }
   return Status::OK();
 }

@@ -71,8 +71,8 @@ StatusOr<std::chrono::milliseconds> SecondsFromEnv(const char* name, double fall
   StatusOr<double> s = env::GetDouble(name, fallback);
   if (!s.ok()) return s.status();
   if (!std::isfinite(*s) || *s < 0 || (*s == 0 && !zero_ok) || *s > 1e9) {
-    return InvalidArgument(std::string(name) + "=" + env::GetString(name) + ": expected a number of seconds " +
-                           (zero_ok ? ">= 0 (0 = off)" : "> 0"));
+    return InvalidArgument(std::string(env::Source(name)) + "=" + env::GetString(name) +  // or HOROVOD_
+                           ": expected a number of seconds " + (zero_ok ? ">= 0 (0 = off)" : "> 0"));
   }
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(*s * 1000)));
 }

@@ -1,6 +1,10 @@
 // The elastic flags through the whole command-line parser (dadtrun/elastic_flags.h).
 #include "dadtrun/elastic_flags.h"
 
+#include <stdlib.h>
+
+#include <optional>
+
 #include <gtest/gtest.h>
 
 #include "dadtrun/cli.h"
@@ -107,10 +111,62 @@ TEST(ElasticFlagsTest, BadValuesNameTheirFlag) {
             std::string::npos);
 }
 
+// horovodrun takes -H with --host-discovery-script (Horovod's elastic examples give both) and
+// discovers with the script alone; dadtrun does the same and says so.
+TEST(ElasticFlagsTest, HostsBesideADiscoveryScriptAreIgnoredWithANotice) {
+  for (const Args& hosts : {Args{"-H", "a:2,b:2"}, Args{"--hosts", "a:4"}}) {
+    Args args = {"-np", "2", "--min-np", "2", "--host-discovery-script", "./d.sh"};
+    args.insert(args.end(), hosts.begin(), hosts.end());
+    args.insert(args.end(), {"python", "train.py"});
+    LaunchConfig c = MustParse(args);
+    EXPECT_TRUE(c.elastic.enabled);
+    EXPECT_EQ(c.elastic.discovery_script, "./d.sh");
+    EXPECT_TRUE(c.hosts.empty());  // from the script
+    EXPECT_FALSE(c.hosts_given);
+    ASSERT_EQ(c.notices.size(), 1u);
+    EXPECT_NE(c.notices[0].find("-H/--hostfile ignored: --host-discovery-script names the hosts"),
+              std::string::npos)
+        << c.notices[0];
+  }
+  // Without -H nothing is said.
+  EXPECT_TRUE(MustParse({"-np", "2", "--host-discovery-script", "./d.sh", "python"}).notices.empty());
+  // A malformed -H is still an error: it was typed, and may be a typo of something else.
+  EXPECT_NE(ErrorOf({"-np", "2", "--host-discovery-script", "d", "-H", "a:x", "python"}), "");
+}
+
+// horovodrun reads HOROVOD_ELASTIC_TIMEOUT and HOROVOD_START_TIMEOUT when the flags are not given;
+// dadtrun reads them or their DADT_ names (runtime/common/env.h), the flag and the DADT_ name first.
+TEST(ElasticFlagsTest, TimeoutsComeFromHorovodsVariablesToo) {
+  for (const char* name : {"DADT_ELASTIC_TIMEOUT", "HOROVOD_ELASTIC_TIMEOUT", "DADT_START_TIMEOUT",
+                           "HOROVOD_START_TIMEOUT"}) {
+    ::unsetenv(name);
+  }
+  const Args elastic = {"-np", "2", "--host-discovery-script", "d", "python"};
+  EXPECT_EQ(MustParse(elastic).elastic.elastic_timeout_seconds, 600);
+  EXPECT_FALSE(MustParse(elastic).start_timeout_seconds.has_value());
+  ::setenv("HOROVOD_ELASTIC_TIMEOUT", "90", 1);
+  ::setenv("HOROVOD_START_TIMEOUT", "45", 1);
+  EXPECT_EQ(MustParse(elastic).elastic.elastic_timeout_seconds, 90);
+  EXPECT_EQ(MustParse(elastic).start_timeout_seconds, std::optional<int64_t>(45));
+  ::setenv("DADT_ELASTIC_TIMEOUT", "120", 1);
+  ::setenv("DADT_START_TIMEOUT", "50", 1);
+  EXPECT_EQ(MustParse(elastic).elastic.elastic_timeout_seconds, 120);
+  EXPECT_EQ(MustParse(elastic).start_timeout_seconds, std::optional<int64_t>(50));
+  LaunchConfig flags = MustParse({"-np", "2", "--host-discovery-script", "d", "--elastic-timeout", "7",
+                                  "--start-timeout", "8", "python"});
+  EXPECT_EQ(flags.elastic.elastic_timeout_seconds, 7);
+  EXPECT_EQ(flags.start_timeout_seconds, std::optional<int64_t>(8));
+  ::unsetenv("DADT_ELASTIC_TIMEOUT");
+  ::unsetenv("DADT_START_TIMEOUT");
+  ::setenv("HOROVOD_ELASTIC_TIMEOUT", "soon", 1);
+  EXPECT_EQ(ErrorOf(elastic), "HOROVOD_ELASTIC_TIMEOUT expects a whole number of seconds >= 1, got 'soon'");
+  ::unsetenv("HOROVOD_ELASTIC_TIMEOUT");
+  ::setenv("HOROVOD_START_TIMEOUT", "0", 1);
+  EXPECT_EQ(ErrorOf(elastic), "HOROVOD_START_TIMEOUT='0' is not a whole number of seconds >= 1");
+  ::unsetenv("HOROVOD_START_TIMEOUT");
+}
+
 TEST(ElasticFlagsTest, ConflictsAreRefused) {
-  EXPECT_NE(ErrorOf({"-np", "2", "--host-discovery-script", "d", "-H", "a:2", "python"})
-                .find("--host-discovery-script and -H/--hostfile both given"),
-            std::string::npos);
   EXPECT_NE(ErrorOf({"-np", "2", "--reset-limit", "3", "python"}).find("are elastic flags"), std::string::npos);
   EXPECT_NE(ErrorOf({"-np", "2", "--elastic-checkpoint", "/s/j.ckpt", "python"}).find("are elastic flags"),
             std::string::npos);

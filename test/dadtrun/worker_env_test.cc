@@ -134,6 +134,15 @@ TEST(WorkerEnvTest, FlagsMapToVariables) {
   EXPECT_EQ(env["NCCL_SOCKET_IFNAME"], "ib0");
 }
 
+// A Horovod user's HOROVOD_START_TIMEOUT reaches the ranks: dadtrun's default does not cover it
+// with a DADT_START_TIMEOUT of its own (the ranks read the alias: runtime/common/env.h).
+TEST(WorkerEnvTest, DefaultStartTimeoutLeavesHorovodsAlone) {
+  EXPECT_EQ(WorkerEnvironment(Config(2), Endpoints(), {}, 0)["DADT_START_TIMEOUT"], "30");
+  EnvMap env = WorkerEnvironment(Config(2), Endpoints(), {{"HOROVOD_START_TIMEOUT", "45"}}, 0);
+  EXPECT_EQ(env.count("DADT_START_TIMEOUT"), 0u);
+  EXPECT_EQ(env["HOROVOD_START_TIMEOUT"], "45");
+}
+
 TEST(WorkerEnvTest, TorchrunNodeRankFollowsTheHosts) {
   LaunchConfig c = Config(5);
   c.hosts = {{"localhost", 2}, {"h2", 2}, {"h3", 2}};

@@ -239,6 +239,19 @@ def test_failing_first_discovery_run_fails_the_launch(dadtrun, tmp_path):
             "'nope') on its first run; not starting the job") in proc.stderr.splitlines(), proc.stderr
 
 
+def test_hosts_beside_a_discovery_script_are_ignored_as_horovodrun_does(dadtrun, tmp_path):
+    """Horovod's elastic command lines give -H with --host-discovery-script: dadtrun takes the pair, says
+    that -H is ignored, and asks the script (here one that fails, so the test ends at once)."""
+    proc = subprocess.run([dadtrun, "-np", "1", "-H", "nowhere:4", "--host-discovery-script", "echo nope >&2; exit 2",
+                           PY, "-c", "0"], env=worker_env(), capture_output=True, text=True, timeout=60)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 1, proc.stderr
+    assert lines[0] == ("dadtrun: -H/--hostfile ignored: --host-discovery-script names the hosts of an elastic job "
+                        "(as with horovodrun)"), proc.stderr
+    assert any("host discovery script 'echo nope >&2; exit 2' exited with code 2" in line for line in lines), proc.stderr
+    assert "nowhere" not in proc.stderr
+
+
 def test_mpi_is_refused_for_elastic_jobs(dadtrun):
     proc = subprocess.run([dadtrun, "--mpi", "-np", "2", "--min-np", "1", PY, "-c", "0"], env=worker_env(),
                           capture_output=True, text=True, timeout=60)

@@ -38,10 +38,12 @@ def run_digits(dadtrun, timeline, extra_env=None, epochs=2):
 def test_every_gradient_tensor_has_every_phase(dadtrun, tmp_path):
     # Eager allreduce off, so gradients go through fusion buffers and the Gloo collective.
     rows, events = run_digits(dadtrun, tmp_path / "tl.json", {"DADT_EAGER_THRESHOLD": "0"})
-    grads = [t for t in rows if t.startswith("grad.")]
-    assert sorted(grads) == ["grad.0.bias", "grad.0.weight", "grad.2.bias", "grad.2.weight"], rows.keys()
+    # Rows carry Horovod's names, "allreduce.<tensor>"; rank-ready marks are the rank, as Horovod's.
+    grads = [t for t in rows if t.startswith("allreduce.grad.")]
+    assert sorted(grads) == ["allreduce.grad.0.bias", "allreduce.grad.0.weight", "allreduce.grad.2.bias",
+                             "allreduce.grad.2.weight"], rows.keys()
     for t in grads:
-        for phase in ("QUEUE", "NEGOTIATE_ALLREDUCE", "RANK_0_READY", "RANK_1_READY", "ALLREDUCE",
+        for phase in ("QUEUE", "NEGOTIATE_ALLREDUCE", "0", "1", "ALLREDUCE",
                       "GLOO_ALLREDUCE", "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER"):
             assert phase in rows[t], f"{t} lacks {phase}: {sorted(rows[t])}"
     pid_of = {e["args"]["name"]: e["pid"] for e in events
@@ -49,7 +51,7 @@ def test_every_gradient_tensor_has_every_phase(dadtrun, tmp_path):
     grad_pids = {pid_of[t] for t in grads}
     ends = [e for e in events if e.get("ph") == "E" and e["name"] == "ALLREDUCE" and e["pid"] in grad_pids]
     assert ends and all(e["args"]["dtype"] == "float32" and e["args"]["shape"] for e in ends)
-    weight_ends = [e for e in ends if e["pid"] == pid_of["grad.0.weight"]]
+    weight_ends = [e for e in ends if e["pid"] == pid_of["allreduce.grad.0.weight"]]
     assert weight_ends and all(e["args"]["shape"] == [128, 64] for e in weight_ends)
     assert any(e["name"] == "CYCLE_START" for e in events)
     # Begin/end pairs balance per row (loadable as nested slices).
@@ -64,7 +66,7 @@ def test_every_gradient_tensor_has_every_phase(dadtrun, tmp_path):
 
 def test_small_gradients_show_the_eager_path(dadtrun, tmp_path):
     rows, _ = run_digits(dadtrun, tmp_path / "tl.json", epochs=1)
-    for t in (t for t in rows if t.startswith("grad.")):
+    for t in (t for t in rows if t.startswith("allreduce.grad.")):
         assert {"QUEUE", "NEGOTIATE_ALLREDUCE", "ALLREDUCE", "EAGER_ALLREDUCE"} <= rows[t], rows[t]
 
 
@@ -88,7 +90,7 @@ def test_digits_timeline_is_valid_json_after_sigkill_halfway(dadtrun, tmp_path):
             proc.wait()
     time.sleep(0.5)
     rows, _ = load_rows(timeline)
-    for t in ("grad.0.weight", "grad.2.bias"):
+    for t in ("allreduce.grad.0.weight", "allreduce.grad.2.bias"):
         assert {"GLOO_ALLREDUCE", "NEGOTIATE_ALLREDUCE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER"} <= rows[t], rows[t]
 
 
@@ -100,6 +102,68 @@ def test_summary_and_plot_on_a_real_timeline(dadtrun, tmp_path):
                           str(tmp_path / "step.png")], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "grad.0.weight" in out.stdout and "GLOO_ALLREDUCE" in out.stdout, out.stdout
+    assert "allreduce.grad.0.weight" in out.stdout and "GLOO_ALLREDUCE" in out.stdout, out.stdout
     png = (tmp_path / "step.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+# Horovod's own timeline test (test/parallel/test_timeline.py), as its body runs on each rank: the
+# variables are set before init(), and rank 0 reads the live file 0.1 s after the allreduce.
+HOROVOD_TIMELINE_TEST = r"""
+import json, os, sys, time
+import torch
+import dadt.torch as hvd
+
+path = sys.argv[1]
+if len(sys.argv) > 2:  # in-process, as Horovod's test sets them
+    os.environ.update(HOROVOD_TIMELINE=path, HOROVOD_TIMELINE_MARK_CYCLES="1")
+hvd.init()
+hvd.allreduce(torch.tensor([1, 2, 3], dtype=torch.float32), name="test_allreduce")
+time.sleep(0.1)
+if hvd.rank() == 0:
+    with open(path) as tf:
+        timeline_text = tf.read()
+    assert "allreduce.test_allreduce" in timeline_text, timeline_text
+    assert "NEGOTIATE_ALLREDUCE" in timeline_text, timeline_text
+    assert "ALLREDUCE" in timeline_text, timeline_text
+    assert "CYCLE_START" in timeline_text, timeline_text
+    json.loads(timeline_text)
+hvd.shutdown()
+print("timeline-ok", flush=True)
+"""
+
+
+def test_horovod_timeline_variable_writes_horovods_rows(dadtrun, tmp_path):
+    """HOROVOD_TIMELINE (no DADT_TIMELINE) turns the timeline on; the tensor named test_allreduce is
+    the row allreduce.test_allreduce, with Horovod's phase names; init says which alias it took."""
+    script = tmp_path / "horovod_timeline.py"
+    script.write_text(HOROVOD_TIMELINE_TEST)
+    timeline = tmp_path / "hvd.json"
+    env = worker_env(HOROVOD_TIMELINE=str(timeline), HOROVOD_TIMELINE_MARK_CYCLES="1")
+    proc = subprocess.run([dadtrun, "--gloo", "-np", "2", PY, str(script), str(timeline)], env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("timeline-ok") == 2, proc.stdout
+    # One line per alias, from rank 0 only.
+    notices = [line.split("dadt: ", 1)[1] for line in proc.stderr.splitlines() if "dadt: HOROVOD_" in line]
+    assert notices == ["HOROVOD_TIMELINE=%s taken as DADT_TIMELINE" % timeline,
+                       "HOROVOD_TIMELINE_MARK_CYCLES=1 taken as DADT_TIMELINE_MARK_CYCLES"], proc.stderr
+    assert all(line.startswith("[0]") for line in proc.stderr.splitlines() if "dadt: HOROVOD_" in line)
+    rows, events = load_rows(timeline)
+    # A 12-byte tensor takes the eager path (EAGER_ALLREDUCE in place of GLOO_ALLREDUCE).
+    assert {"QUEUE", "NEGOTIATE_ALLREDUCE", "0", "1", "ALLREDUCE"} <= rows["allreduce.test_allreduce"], rows
+    assert "test_allreduce" not in rows, rows.keys()
+    assert any(e["name"] == "CYCLE_START" for e in events)
+
+
+def test_horovod_timeline_set_in_process_before_init(tmp_path):
+    """One process without a launcher, the variables set in os.environ before init (Horovod's test)."""
+    script = tmp_path / "horovod_timeline.py"
+    script.write_text(HOROVOD_TIMELINE_TEST)
+    timeline = tmp_path / "hvd.json"
+    proc = subprocess.run([PY, str(script), str(timeline), "in-process"], env=worker_env(),
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "timeline-ok" in proc.stdout
+    rows, _ = load_rows(timeline)
+    assert {"NEGOTIATE_ALLREDUCE", "ALLREDUCE"} <= rows["allreduce.test_allreduce"], rows

@@ -64,9 +64,30 @@ TEST(EventStreamTest, ActivityNamesFollowHorovod) {
   EXPECT_EQ(NegotiateActivity("reducescatter"), "NEGOTIATE_REDUCESCATTER");
   EXPECT_EQ(BackendActivity("gloo", "allgather"), "GLOO_ALLGATHER");
   EXPECT_EQ(BackendActivity("nccl", "allreduce"), "NCCL_ALLREDUCE");
+  EXPECT_EQ(BackendActivity("gloo", "broadcast"), "GLOO_BCAST");  // Horovod's GLOO_BCAST, MPI_BCAST
+  EXPECT_EQ(BackendActivity("mpi", "broadcast"), "MPI_BCAST");
+  EXPECT_EQ(OpActivity("broadcast"), "BROADCAST");
+  EXPECT_EQ(RankReadyActivity(1), "1");  // Horovod's rank-ready mark is the rank
   EXPECT_STREQ(kMemcpyInFusionBuffer, "MEMCPY_IN_FUSION_BUFFER");
   EXPECT_STREQ(kMemcpyOutFusionBuffer, "MEMCPY_OUT_FUSION_BUFFER");
   EXPECT_STREQ(kCycleStart, "CYCLE_START");
+}
+
+// Rows carry Horovod's tensor names: "<op>.<name>", as Horovod's torch ops name what they enqueue
+// (Horovod's timeline test looks for "allreduce.test_allreduce").
+TEST(EventStreamTest, RowsAreHorovodsTensorNames) {
+  EXPECT_EQ(TensorRow("allreduce", "test_allreduce"), "allreduce.test_allreduce");
+  EXPECT_EQ(TensorRow("allgather", "grad.0.weight"), "allgather.grad.0.weight");
+  EXPECT_EQ(TensorRow("broadcast", "x"), "broadcast.x");
+  EXPECT_EQ(TensorRow("allreduce", "allreduce_x"), "allreduce.allreduce_x");  // not "<op>."
+  EXPECT_EQ(TensorRow("allreduce", "allgather.noname.1"), "allreduce.allgather.noname.1");
+  EXPECT_EQ(TensorRow("allreduce", ""), "allreduce.");
+  // Generated names carry the op already.
+  EXPECT_EQ(TensorRow("allreduce", "allreduce.noname.3"), "allreduce.noname.3");
+  EXPECT_EQ(TensorRow("allreduce", "allreduce.set2.noname.0"), "allreduce.set2.noname.0");
+  EXPECT_EQ(TensorRow("allreduce", "grouped_allreduce.noname.1.0"), "grouped_allreduce.noname.1.0");
+  EXPECT_EQ(TensorRow("barrier", "barrier.noname.0"), "barrier.noname.0");
+  EXPECT_EQ(TensorRow("", "x"), "x");
 }
 
 TEST(EventStreamTest, ArgsHelpersMakeJsonObjects) {

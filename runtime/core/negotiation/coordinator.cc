@@ -102,8 +102,9 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
   p.by_rank[index] = request;
   ++p.submitted;
   if (events_ && events_->enabled()) {
-    events_->Emit(timeline::Event{timeline::NowMicros(), timeline::Phase::kInstant, request.name,
-                                  "RANK_" + std::to_string(request.rank) + "_READY",
+    events_->Emit(timeline::Event{timeline::NowMicros(), timeline::Phase::kInstant,
+                                  timeline::TensorRow(OpTypeName(request.op), request.name),
+                                  timeline::RankReadyActivity(request.rank),
                                   timeline::ReadyRankArgs(request.rank)});
   }
   MarkReadyIfComplete(key, p, now);

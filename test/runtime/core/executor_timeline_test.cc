@@ -60,14 +60,14 @@ TEST(Executor, TimelineBarsNestPerTensorAndCloseEvenOnFailure) {
                                          "E:FAKE_ALLREDUCE"};
     if (!fail) expected.insert(expected.end(), {"B:MEMCPY_OUT_FUSION_BUFFER", "E:MEMCPY_OUT_FUSION_BUFFER"});
     expected.push_back("E:ALLREDUCE");
-    EXPECT_EQ(sink->bars("a"), expected);
-    EXPECT_EQ(sink->bars("b"), expected);
-    EXPECT_EQ(sink->args("b"), timeline::TensorArgs("float32", {3}));
+    EXPECT_EQ(sink->bars("allreduce.a"), expected);
+    EXPECT_EQ(sink->bars("allreduce.b"), expected);
+    EXPECT_EQ(sink->args("allreduce.b"), timeline::TensorArgs("float32", {3}));
 
     s.Add(Entry(OpType::kAllgather, "g", DataType::kFloat32, {4}, g.data(), nullptr));
     (void)s.executor.Execute(Make(Response::Type::kAllgather, {"g"}, {4}), s.entries);
-    EXPECT_EQ(sink->bars("g"), (std::vector<std::string>{"B:ALLGATHER", "B:FAKE_ALLGATHER",
-                                                          "E:FAKE_ALLGATHER", "E:ALLGATHER"}));
+    EXPECT_EQ(sink->bars("allgather.g"), (std::vector<std::string>{"B:ALLGATHER", "B:FAKE_ALLGATHER",
+                                                                    "E:FAKE_ALLGATHER", "E:ALLGATHER"}));
   }
 }
 

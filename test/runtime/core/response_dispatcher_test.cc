@@ -190,11 +190,11 @@ TEST(ResponseDispatcherTest, MarksTheEndOfNegotiationAndCycles) {
                   .ok());
   ASSERT_EQ(sink->events.size(), 3u);
   EXPECT_EQ(sink->events[0].activity, timeline::kCycleStart);
-  EXPECT_EQ(sink->events[1].tensor, "a");
+  EXPECT_EQ(sink->events[1].tensor, "allreduce.a");  // Horovod's row name (timeline::TensorRow)
   EXPECT_EQ(sink->events[1].phase, timeline::Phase::kEnd);
   EXPECT_EQ(sink->events[1].activity, timeline::NegotiateActivity("allreduce"));
   EXPECT_TRUE(sink->events[1].args.empty());
-  EXPECT_EQ(sink->events[2].tensor, "bad");
+  EXPECT_EQ(sink->events[2].tensor, "allreduce.bad");
   EXPECT_EQ(sink->events[2].args, "{\"error\":true}");
 
   sink->events.clear();

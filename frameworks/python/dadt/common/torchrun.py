@@ -59,6 +59,14 @@ _store = None
 _DEFAULT_START_TIMEOUT_S = 30  # runtime/common/env.h kDefaultStartTimeoutSeconds
 
 
+def _knob(name: str) -> str:
+    """The variable that supplies the knob ``name``: itself, or its Horovod name
+    (``HOROVOD_START_TIMEOUT``) when only that one is set, by the runtime's rule
+    (runtime/common/env.h, kHorovodAliases)."""
+    from dadt import _core  # imported by dadt.common.basics before init() calls join_job
+    return _core.env_source(name)
+
+
 def _int(env, name: str, default: Optional[int] = None) -> int:
     value = env.get(name)
     if value is None:
@@ -164,7 +172,8 @@ def join_job() -> None:
     rank, size = geometry["DADT_RANK"], geometry["DADT_SIZE"]
     if size == 1:
         return
-    timeout_s = _int(env, "DADT_START_TIMEOUT", _DEFAULT_START_TIMEOUT_S)
+    timeout_var = _knob("DADT_START_TIMEOUT")
+    timeout_s = _int(env, timeout_var, _DEFAULT_START_TIMEOUT_S)
     timeout = datetime.timedelta(seconds=timeout_s)
     store = _torch_store(env, rank, size, timeout)
     key = "dadt/%s/rendezvous" % env.get("TORCHELASTIC_RUN_ID", "env")
@@ -180,17 +189,19 @@ def join_job() -> None:
                 store.wait([key], datetime.timedelta(seconds=max(deadline - time.monotonic(), 0.1)))
             except Exception as e:  # torch's DistStoreError / RuntimeError: its message says which
                 raise RuntimeError("rank %d: rank 0 did not publish dadt's rendezvous store in torch's store "
-                                   "at %s:%s within %d s (DADT_START_TIMEOUT): %s"
-                                   % (rank, env["MASTER_ADDR"], env["MASTER_PORT"], timeout_s, e)) from None
+                                   "at %s:%s within %d s (%s): %s"
+                                   % (rank, env["MASTER_ADDR"], env["MASTER_PORT"], timeout_s, timeout_var,
+                                      e)) from None
             fields = store.get(key).decode().split(" ")
             addr, port = fields[0], int(fields[1])
             if _answers(addr, port):
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError("rank %d: dadt's rendezvous store at %s:%d (published by rank 0 in torch's "
-                                   "store at %s:%s) refuses connections after %d s (DADT_START_TIMEOUT); set "
+                                   "store at %s:%s) refuses connections after %d s (%s); set "
                                    "DADT_RENDEZVOUS_ADDR on rank 0's node to an address the others reach"
-                                   % (rank, addr, port, env["MASTER_ADDR"], env["MASTER_PORT"], timeout_s))
+                                   % (rank, addr, port, env["MASTER_ADDR"], env["MASTER_PORT"], timeout_s,
+                                      timeout_var))
             time.sleep(0.1)  # the last attempt's entry: rank 0 of this one replaces it
         secret = fields[2] if len(fields) > 2 else env.get("DADT_SECRET")
         if not secret:
