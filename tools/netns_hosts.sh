@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Three test "hosts" on this machine: network namespaces h1, h2, h3, each with its own sshd, joined
 # by veth pairs to a bridge in the root namespace. The multi-host integration tests launch across
-# them with `dadtrun -H h1:2,h2:2,h3:2 --network-interface dadt0 ...`.
+# them with `dadtrun -H h1:2,h2:2,h3:2 --network-interface dadt0 ...`. DADT_NETNS_HOSTS=N (1 to 9)
+# makes h1..hN instead (benchmarks over four hosts); `down` removes every hN there is.
 #
 #   tools/netns_hosts.sh up               create everything (idempotent; re-running repairs)
 #   tools/netns_hosts.sh down             remove everything it created (idempotent)
@@ -20,7 +21,14 @@
 # so `ssh h1 true` works with no options, as on a set-up cluster. Needs root, ip(8) and sshd.
 set -euo pipefail
 
-HOSTS=(h1 h2 h3)
+COUNT="${DADT_NETNS_HOSTS:-3}"
+case "$COUNT" in
+    [1-9]) ;;
+    *) echo "[netns_hosts] error: DADT_NETNS_HOSTS must be a number of hosts from 1 to 9, got '$COUNT'" >&2; exit 2 ;;
+esac
+HOSTS=()
+for i in $(seq "$COUNT"); do HOSTS+=("h$i"); done
+ANY_HOST=(h1 h2 h3 h4 h5 h6 h7 h8 h9)  # what `down` looks for, whatever count made them
 BRIDGE=dadt0
 NET=10.211.0
 STATE=/run/dadt-netns
@@ -187,8 +195,10 @@ up() {
 
 down() {
     [ "$(id -u)" -eq 0 ] || die "must run as root"
-    local h
-    for h in "${HOSTS[@]}"; do
+    local h removed=()
+    for h in "${ANY_HOST[@]}"; do
+        ns_exists "$h" || ip link show "dadt-$h" >/dev/null 2>&1 || [ -f "$STATE/sshd_$h.pid" ] || continue
+        removed+=("$h")
         stop_sshd "$h"
         if ns_exists "$h"; then
             # Anything still running in the namespace (a leaked rank) goes with it.
@@ -203,7 +213,7 @@ down() {
     rm -f "$SSH_DROPIN"
     remove_etc_hosts
     rm -rf "$STATE"
-    log "down: removed ${HOSTS[*]}"
+    log "down: removed ${removed[*]:-nothing}"
 }
 
 status() {

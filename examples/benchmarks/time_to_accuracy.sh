@@ -9,8 +9,8 @@
 #   sudo HOSTS=4 RATE=100mbit examples/benchmarks/time_to_accuracy.sh --samples 8192
 #
 # Environment: RATE (1gbit; e.g. 100mbit), BURST (256kb), LATENCY (10ms: the tbf queue's bound),
-# HOSTS (2: h1:1,h2:1; 3: h1..h3, one rank each; 4: four ranks, two on each of h1 and h2, since
-# tools/netns_hosts.sh makes three hosts; HOSTLIST overrides the list), PYTHON (default python3).
+# HOSTS (2: h1:1,h2:1; 3: h1..h3; 4: h1..h4, one rank each, the fourth namespace host made by
+# tools/netns_hosts.sh with DADT_NETNS_HOSTS=4; HOSTLIST overrides the list), PYTHON (python3).
 # Extra options go to time_to_accuracy.py (its --link is set from RATE). Hosts it had to create
 # are removed at the end; the shaping is always removed (trap), also on Ctrl-C or failure.
 # Needs root, ip(8), tc(8) and sshd (tools/install_deps.sh installs them).
@@ -26,7 +26,7 @@ NETNS="$ROOT/tools/netns_hosts.sh"
 case "$HOSTS" in
     2) DEFAULT_LIST=h1:1,h2:1 ;;
     3) DEFAULT_LIST=h1:1,h2:1,h3:1 ;;
-    4) DEFAULT_LIST=h1:2,h2:2 ;;
+    4) DEFAULT_LIST=h1:1,h2:1,h3:1,h4:1; export DADT_NETNS_HOSTS=4 ;;
     *) echo "time_to_accuracy.sh: HOSTS must be 2, 3 or 4 (or set HOSTLIST)" >&2; exit 2 ;;
 esac
 HOSTLIST="${HOSTLIST:-$DEFAULT_LIST}"
