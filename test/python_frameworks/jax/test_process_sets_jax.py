@@ -24,3 +24,21 @@ def test_average_gradients_on_a_set(world, nm, halves):
     params = {"w": jnp.zeros(2)}
     updates, _ = tx.update({"w": jnp.full(2, float(world.rank))}, tx.init(params), params)
     np.testing.assert_allclose(np.asarray(updates["w"]), np.full(2, -np.mean(halves.ranks)))
+
+
+def test_rank_outside_the_set_keeps_its_gradients(world, nm):
+    """Horovod's rule: a rank outside the set takes no part and keeps its own gradients (the set
+    is every rank but the last; the last rank's update is its own gradient)."""
+    optax = pytest.importorskip("optax")
+    if world.size < 2:
+        pytest.skip("a rank outside a set needs 2 ranks")
+    members = list(range(world.size - 1))
+    ps = dadt.add_process_set(members)
+    try:
+        tx = dadt.DistributedOptimizer(optax.sgd(1.0), name=nm("g"), process_set=ps)
+        params = {"w": jnp.zeros(2)}
+        updates, _ = tx.update({"w": jnp.full(2, float(world.rank))}, tx.init(params), params)
+        want = -float(world.rank) if world.rank not in members else -np.mean(members)
+        np.testing.assert_allclose(np.asarray(updates["w"]), np.full(2, want))
+    finally:
+        dadt.remove_process_set(ps)

@@ -4,7 +4,7 @@ and broadcasts of parameter pytrees and Python objects."""
 from typing import Any, List, NamedTuple, Optional
 
 from dadt.common import array_ops
-from dadt.common.process_sets import global_process_set
+from dadt.common.process_sets import global_process_set, keeps_own_gradients
 from dadt.common.util import Average, Sum
 from dadt.jax.ops import allreduce, broadcast
 
@@ -28,7 +28,8 @@ def average_gradients(op: int = Average, name: Optional[str] = None,
 
     Works eagerly and under jax.jit (an ordered host callback; the step's name is fixed at trace
     time). ``name`` is the base name of the collectives (generated when None); ``process_set``
-    the ranks that average (default: every rank).
+    the ranks that average (default: every rank); a rank outside it keeps its own gradients, as
+    in Horovod and dadt's other front ends.
     """
     import optax  # only when asked for: dadt.jax itself does not need optax
     if op not in (Average, Sum):
@@ -40,6 +41,8 @@ def average_gradients(op: int = Average, name: Optional[str] = None,
 
     def update_fn(updates, state, params=None):
         del params
+        if keeps_own_gradients(process_set):  # this rank is not in the set: it takes no part
+            return updates, state
         return allreduce(updates, name=name, op=op, process_set=process_set), state
 
     return optax.GradientTransformation(init_fn, update_fn)
