@@ -11,6 +11,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "dadtrun/child_signals.h"
+
 extern char** environ;
 
 namespace dadt {
@@ -106,15 +108,8 @@ StatusOr<std::vector<HostSlots>> RunDiscoveryScript(const std::string& script, i
   posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setpgroup(&attr, 0);  // its own group: a time-out kills all it started
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  ResetChildSignals(&attr, POSIX_SPAWN_SETPGROUP);
   std::string sh = "/bin/sh", dash_c = "-c", cmd = script;
   char* argv[] = {sh.data(), dash_c.data(), cmd.data(), nullptr};
   pid_t pid = -1;
