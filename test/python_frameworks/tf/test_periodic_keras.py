@@ -85,16 +85,23 @@ def test_mode_matches_reference(case, kwargs, steps, compiled):
         assert opt.bytes_sent > 0
 
 
+def _compiled_case(case_id, name):
+    """A CASES entry ready to train under tf.function: (kwargs, steps, size, rank, variables,
+    optimizer, step function, its NumPy reference)."""
+    _, kwargs, steps = CASES[CASE_IDS.index(case_id)]
+    w0 = start_weights(SHAPES)
+    variables = [keras.Variable(w) for w in w0]
+    opt = _optimizer(kwargs, name)
+    n = dadt.size()
+    return (kwargs, steps, n, dadt.rank(), variables, opt,
+            _trainer(variables, opt, compiled=True), reference_for(kwargs, n, w0))
+
+
 def test_checkpoint_with_exchange_in_flight():
     """Streaming DiLoCo saved after step 5 (fragment 0's allreduce in flight: started at s = 5,
     lands at s = 6) and restored into a new optimizer: the same weights as an uninterrupted run."""
-    case, kwargs, steps = CASES[CASE_IDS.index("diloco_streaming_int8")]
-    n, rank = dadt.size(), dadt.rank()
-    w0 = start_weights(SHAPES)
-    variables = [keras.Variable(w) for w in w0]
-    opt = _optimizer(kwargs, "kp.ckpt")
-    step = _trainer(variables, opt, compiled=True)
-    ref = reference_for(kwargs, n, w0)
+    kwargs, steps, n, rank, variables, opt, step, ref = _compiled_case(
+        "diloco_streaming_int8", "kp.ckpt")
     for t in range(steps):
         if t == 5:
             store = {}
@@ -121,15 +128,10 @@ def test_elastic_restore_rolls_the_exchange_state_back_with_the_model():
     the exchange state from the commit) and trained to the end: the weights of a run that never
     failed. Without the handler the schedule would stay at step 8 with the weights of step 5."""
     from dadt.keras.elastic import PeriodicHandler
-    case, kwargs, steps = CASES[CASE_IDS.index("local_sgd_streaming_int8")]
-    n, rank = dadt.size(), dadt.rank()
-    w0 = start_weights(SHAPES)
-    variables = [keras.Variable(w) for w in w0]
-    opt = _optimizer(kwargs, "kp.elastic")
-    step = _trainer(variables, opt, compiled=True)
+    kwargs, steps, n, rank, variables, opt, step, ref = _compiled_case(
+        "local_sgd_streaming_int8", "kp.elastic")
     handler = PeriodicHandler(lambda: opt._dadt_periodic)
     assert handler.saved is None  # before the first step: nothing to keep
-    ref = reference_for(kwargs, n, w0)
     for t in range(5):
         step([tf.constant(g) for g in gradient(rank, t, SHAPES)])
         ref.step([gradient(r, t, SHAPES) for r in range(n)])
