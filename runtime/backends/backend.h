@@ -77,6 +77,23 @@ struct BackendOptions : JobGeometry {
   uintptr_t device_stream = 0;
 };
 
+// One tensor of a fused allreduce that an engine reduces where it lies (Backend::AllreducePieces):
+// `count` elements read from `in` (null: this rank contributes zeros, as a joined rank does) and
+// the result written to `out` (null: not wanted here). `in` may equal `out`.
+struct AllreducePiece {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t count = 0;
+};
+
+// What is done to the reduced values before they are written out: multiplied by `scale` (unless
+// 1), then divided by `divisor` (unless 1): the core's postscale, then Average's division, with
+// the same kernels and so the same bits as when the core applies them afterwards.
+struct AllreduceEpilogue {
+  double scale = 1.0;
+  int64_t divisor = 1;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -87,6 +104,18 @@ class Backend {
   // In place: buf holds `count` elements of dtype; after the call it holds the reduction over all
   // ranks. `op` is one of kSum, kMin, kMax, kProduct (Average is Sum + postscale in the core).
   virtual Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) = 0;
+
+  // True when AllreducePieces can run now: the engine reads the pieces and writes the results in
+  // place, so a fused allreduce needs no fusion buffer and no separate pass for the epilogue
+  // (Gloo through shared memory). The answer is the same on every rank and for the handle's life.
+  virtual bool ReducesPieces() const { return false; }
+  // The allreduce of the pieces as if they were one buffer (their counts summed, in order), the
+  // epilogue applied to the result. Only where ReducesPieces(); Unimplemented otherwise.
+  virtual Status AllreducePieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
+                                 const AllreduceEpilogue& epilogue) {
+    (void)pieces, (void)dtype, (void)op, (void)epilogue;
+    return Unimplemented(std::string(Name()) + " reduces from a fusion buffer only");
+  }
 
   // Every rank contributes `bytes_per_rank[rank]` bytes from `in`; `out` receives all ranks'
   // contributions concatenated in rank order (sum of bytes_per_rank bytes).

@@ -242,7 +242,6 @@ StatusOr<HandleResult> Executor::RunEntry(const Response& r, TensorEntry& e) {
 }
 
 Status Executor::Allreduce(const Response& r, EntryMap& entries) {
-  const int64_t esize = static_cast<int64_t>(DataTypeSize(r.dtype));
   if (r.eager) {  // the coordinator already reduced it (eager_reduce.h): copy the result out
     auto it = entries.find(r.names[0]);
     if (it == entries.end()) return Status::OK();
@@ -260,6 +259,38 @@ Status Executor::Allreduce(const Response& r, EntryMap& entries) {
     auto it = entries.find(r.names[i]);
     if (it != entries.end()) mine[i] = &it->second;
   }
+  const std::string collective =
+      events_ && events_->enabled() ? timeline::BackendActivity(backend_->Name(), "allreduce") : "";
+  Status s;
+  if (backend_->ReducesPieces() && r.prescale == 1.0) {
+    // The engine reads the tensors and writes the results where they lie (shared memory on one
+    // host): no fusion buffer, no copy of an out-of-place input, no pass for the epilogue.
+    std::vector<backends::AllreducePiece> pieces(mine.size());
+    for (size_t i = 0; i < mine.size(); ++i) {
+      pieces[i].count = r.sizes[i];
+      if (mine[i]) pieces[i].in = mine[i]->input, pieces[i].out = mine[i]->output;
+    }
+    const backends::AllreduceEpilogue epilogue{r.postscale,
+                                               r.reduce_op == ReduceOp::kAverage ? size_ : 1};
+    Mark(r.names, collective, timeline::Phase::kBegin, entries);
+    if (total > 0) s = backend_->AllreducePieces(pieces, r.dtype, BackendOp(r.reduce_op), epilogue);
+    Mark(r.names, collective, timeline::Phase::kEnd, entries);
+  } else {
+    s = AllreduceThroughBuffer(r, mine, total, collective, entries);
+  }
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (!mine[i]) continue;
+    HandleResult res;
+    res.status = s;
+    Finish(*mine[i], std::move(res));
+    entries.erase(r.names[i]);
+  }
+  return s;
+}
+
+Status Executor::AllreduceThroughBuffer(const Response& r, const std::vector<TensorEntry*>& mine, int64_t total,
+                                        const std::string& collective, const EntryMap& entries) {
+  const int64_t esize = static_cast<int64_t>(DataTypeSize(r.dtype));
   uint8_t* buf;
   const bool fused = r.names.size() > 1 || mine[0] == nullptr;
   if (!fused) {
@@ -282,8 +313,6 @@ Status Executor::Allreduce(const Response& r, EntryMap& entries) {
     Mark(r.names, timeline::kMemcpyInFusionBuffer, timeline::Phase::kEnd, entries);
   }
   Status s = Scale(buf, total, r.dtype, r.prescale);
-  const std::string collective =
-      events_ && events_->enabled() ? timeline::BackendActivity(backend_->Name(), "allreduce") : "";
   Mark(r.names, collective, timeline::Phase::kBegin, entries);
   if (s.ok() && total > 0) s = backend_->Allreduce(buf, total, r.dtype, BackendOp(r.reduce_op));
   Mark(r.names, collective, timeline::Phase::kEnd, entries);
@@ -297,13 +326,6 @@ Status Executor::Allreduce(const Response& r, EntryMap& entries) {
       off += bytes;
     }
     Mark(r.names, timeline::kMemcpyOutFusionBuffer, timeline::Phase::kEnd, entries);
-  }
-  for (size_t i = 0; i < mine.size(); ++i) {
-    if (!mine[i]) continue;
-    HandleResult res;
-    res.status = s;
-    Finish(*mine[i], std::move(res));
-    entries.erase(r.names[i]);
   }
   return s;
 }

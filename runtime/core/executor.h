@@ -67,6 +67,11 @@ class Executor {
  private:
   Status ExecuteOne(const Response& r, EntryMap& entries);
   Status Allreduce(const Response& r, EntryMap& entries);
+  // A (fused) allreduce through the fusion buffer: copy in (a lone tensor is reduced in its own
+  // output), prescale, the backend's Allreduce, postscale and Average, copy out. `mine[i]` is
+  // this rank's entry for r.names[i], null for a joined rank (zeros).
+  Status AllreduceThroughBuffer(const Response& r, const std::vector<TensorEntry*>& mine, int64_t total,
+                                const std::string& collective, const EntryMap& entries);
   // The per-tensor ops: the result to complete `e` with (its status may fail this tensor only),
   // or a failure that breaks the job (ExecuteOne then completes `e` with it).
   StatusOr<HandleResult> RunEntry(const Response& r, TensorEntry& e);

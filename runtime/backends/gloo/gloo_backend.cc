@@ -299,10 +299,7 @@ Status GlooBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp
   DADT_RETURN_IF_ERROR(CheckUsable());
   DADT_RETURN_IF_ERROR(CheckReduce(count, dtype, op));
   if (count == 0 || size_ == 1) return Status::OK();
-  const int slot = static_cast<int>(tag_base_ >> 28);
-  if (shared_->shm && slot < shared_->shm->slots()) {
-    return Finish(shared_->shm->Allreduce(slot, buf, count, dtype, op, timeout_));
-  }
+  if (ShmSlot() >= 0) return Finish(shared_->shm->Allreduce(ShmSlot(), buf, count, dtype, op, timeout_));
   return Finish(DADT_GLOO_STATUS("allreduce", {
     internal::PeerWatchdog::Scope watch(watchdog_);
     ::gloo::AllreduceOptions opts(context_);
@@ -312,6 +309,23 @@ Status GlooBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp
     opts.setReduceFunction(ReduceFunction(dtype, op));
     ::gloo::allreduce(opts);
   }));
+}
+
+int GlooBackend::ShmSlot() const {
+  const int slot = static_cast<int>(tag_base_ >> 28);
+  return shared_->shm && slot < shared_->shm->slots() ? slot : -1;
+}
+
+bool GlooBackend::ReducesPieces() const { return size_ > 1 && ShmSlot() >= 0; }
+
+Status GlooBackend::AllreducePieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
+                                    const AllreduceEpilogue& epilogue) {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  if (!ReducesPieces()) return Backend::AllreducePieces(pieces, dtype, op, epilogue);
+  int64_t count = 0;
+  for (const AllreducePiece& p : pieces) count += p.count;
+  DADT_RETURN_IF_ERROR(CheckReduce(count, dtype, op));
+  return Finish(shared_->shm->AllreducePieces(ShmSlot(), pieces, dtype, op, epilogue, timeout_));
 }
 
 Status GlooBackend::Allgatherv(const void* in, void* out,

@@ -4,7 +4,8 @@
 // this header. Each collective maps onto one of Gloo's "new style" collectives:
 //
 //   Allreduce      every rank on this host: through shared memory (shm_allreduce.h; handles
-//                  beyond its slots, or DADT_SHM_ALLREDUCE=0, use the ring). Otherwise
+//                  beyond its slots, or DADT_SHM_ALLREDUCE=0, use the ring), which also reduces
+//                  a fused response's tensors where they lie (AllreducePieces). Otherwise
 //                  Gloo's ring: reduce-scatter then allgather, pipelined in segments of at most
 //                  1 MiB with two in flight. Bandwidth-optimal (each rank sends 2(n-1)/n of the
 //                  buffer) at the cost of 2(n-1) latency steps, which is why small tensors are
@@ -70,6 +71,9 @@ class GlooBackend final : public Backend {
 
   const char* Name() const override { return "GLOO"; }
   Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) override;
+  bool ReducesPieces() const override;
+  Status AllreducePieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
+                         const AllreduceEpilogue& epilogue) override;
   Status Allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) override;
   Status Broadcast(void* buf, int64_t bytes, int root) override;
   Status Alltoallv(const void* in, const std::vector<int64_t>& send_bytes, void* out,
@@ -90,6 +94,9 @@ class GlooBackend final : public Backend {
   // keeps it only if every rank could (agreed by a TCP allreduce); otherwise logs why not. Fails
   // only when that agreement fails (the connections are broken).
   Status SetUpSharedMemory(const BackendOptions& options);
+  // This handle's slot in the shared-memory allreduce, or -1 (not on one host, or beyond its
+  // slots): handle k (k = tag_base_ >> 28) has slot k.
+  int ShmSlot() const;
   // The poison check every collective starts with.
   Status CheckUsable() const;
   // Records a failure (poisoning the backend and closing every connection, so that peers blocked

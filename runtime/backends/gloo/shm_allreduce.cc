@@ -84,7 +84,8 @@ struct ShmAllreduce::Control {
 
 ShmAllreduce::ShmAllreduce(int rank, int size, int slots, int64_t chunk_bytes)
     : rank_(rank), size_(size), slots_(slots), chunk_bytes_(chunk_bytes), maps_(size),
-      pids_(size, 0), pidfds_(size, -1), seq_(slots, 0) {
+      pids_(size, 0), pidfds_(size, -1), seq_(slots, 0),
+      scratch_(size > 2 ? slots : 0, std::vector<uint8_t>(size > 2 ? chunk_bytes : 0)) {
   static_assert(sizeof(Control) <= kControlBytes, "the control block outgrew its page");
 }
 
@@ -251,46 +252,93 @@ Status ShmAllreduce::WaitAll(int slot, bool reduced, uint64_t seq, Clock::time_p
   return Status::OK();
 }
 
+namespace {
+
+// Where the pieces lie in the buffer they stand for: starts[i] is piece i's first element,
+// starts.back() the total.
+std::vector<int64_t> PieceStarts(const std::vector<AllreducePiece>& pieces) {
+  std::vector<int64_t> starts(pieces.size() + 1, 0);
+  for (size_t i = 0; i < pieces.size(); ++i) starts[i + 1] = starts[i] + pieces[i].count;
+  return starts;
+}
+
+// Calls fn(piece, element offset in the piece, element offset from `lo`, elements) for each
+// piece's share of elements [lo, hi) of the buffer the pieces stand for.
+template <typename Fn>
+void ForEachShare(const std::vector<AllreducePiece>& pieces, const std::vector<int64_t>& starts,
+                  int64_t lo, int64_t hi, Fn fn) {
+  size_t i = std::upper_bound(starts.begin(), starts.end(), lo) - starts.begin() - 1;
+  for (int64_t at = lo; at < hi; ++i) {
+    const int64_t end = std::min(hi, starts[i + 1]);
+    if (end > at) fn(pieces[i], at - starts[i], at - lo, end - at);
+    at = std::max(at, end);
+  }
+}
+
+}  // namespace
+
 Status ShmAllreduce::Allreduce(int slot, void* buf, int64_t count, DataType dtype, ReduceOp op,
                                std::chrono::milliseconds timeout) {
+  return AllreducePieces(slot, {AllreducePiece{buf, buf, count}}, dtype, op, AllreduceEpilogue{}, timeout);
+}
+
+Status ShmAllreduce::AllreducePieces(int slot, const std::vector<AllreducePiece>& pieces, DataType dtype,
+                                     ReduceOp op, const AllreduceEpilogue& epilogue,
+                                     std::chrono::milliseconds timeout) {
   if (slot < 0 || slot >= slots_) return InvalidArgument("shared-memory allreduce: bad slot");
   const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
   const int64_t chunk_elems = chunk_bytes_ / esize;
   const Clock::time_point deadline = Clock::now() + timeout;
-  uint8_t* const data = static_cast<uint8_t*>(buf);
+  // Refused here, the same on every rank, never half-way through a chunk that peers wait on.
+  if (epilogue.scale != 1.0) DADT_RETURN_IF_ERROR(ScaleBuffer(nullptr, 0, dtype, epilogue.scale));
+  if (epilogue.divisor != 1) DADT_RETURN_IF_ERROR(DivideBuffer(nullptr, 0, dtype, epilogue.divisor));
+  const std::vector<int64_t> starts = PieceStarts(pieces);
+  const int64_t count = starts.back();
   Control* const me = control(rank_);
   for (int64_t off = 0; off < count; off += chunk_elems) {
     const int64_t n = std::min(chunk_elems, count - off);
     const uint64_t seq = ++seq_[slot];
-    uint8_t* const src = data + off * esize;
     uint8_t* const mine = buffer(rank_, slot, seq);
-    std::memcpy(mine, src, static_cast<size_t>(n * esize));
+    ForEachShare(pieces, starts, off, off + n, [&](const AllreducePiece& p, int64_t from, int64_t to, int64_t k) {
+      if (p.in != nullptr) {
+        std::memcpy(mine + to * esize, static_cast<const uint8_t*>(p.in) + from * esize, k * esize);
+      } else {
+        std::memset(mine + to * esize, 0, k * esize);
+      }
+    });
     me->words[slot * 2].value.store(static_cast<uint32_t>(seq), std::memory_order_release);
     FutexWake(&me->words[slot * 2].value);
     DADT_RETURN_IF_ERROR(WaitAll(slot, /*reduced=*/false, seq, deadline));
 
-    // My slice, reduced over every rank in rank order, into the caller's tensor and my buffer.
+    // My slice, reduced over every rank in rank order into my buffer, then the epilogue.
     const int64_t lo = n * rank_ / size_;
     const int64_t hi = n * (rank_ + 1) / size_;
     if (hi > lo) {
-      uint8_t* const out = src + lo * esize;
+      // Ranks 0 and 1 reduce straight into their own slice (the first step reads it at the same
+      // element it writes); a later rank's own input is still needed after that step, so it
+      // reduces into its slot's scratch and copies the result in.
+      uint8_t* const slice = mine + lo * esize;
+      uint8_t* const out = rank_ < 2 ? slice : scratch_[slot].data();
       const size_t at = static_cast<size_t>(lo * esize);
       ReduceBinary(out, buffer(0, slot, seq) + at, buffer(1, slot, seq) + at, hi - lo, dtype, op);
       for (int r = 2; r < size_; ++r) ReduceBinary(out, out, buffer(r, slot, seq) + at, hi - lo, dtype, op);
-      std::memcpy(mine + at, out, static_cast<size_t>((hi - lo) * esize));
+      if (out != slice) std::memcpy(slice, out, static_cast<size_t>((hi - lo) * esize));
+      if (epilogue.scale != 1.0) DADT_RETURN_IF_ERROR(ScaleBuffer(slice, hi - lo, dtype, epilogue.scale));
+      if (epilogue.divisor != 1) DADT_RETURN_IF_ERROR(DivideBuffer(slice, hi - lo, dtype, epilogue.divisor));
     }
     me->words[slot * 2 + 1].value.store(static_cast<uint32_t>(seq), std::memory_order_release);
     FutexWake(&me->words[slot * 2 + 1].value);
     DADT_RETURN_IF_ERROR(WaitAll(slot, /*reduced=*/true, seq, deadline));
 
     for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
       const int64_t rlo = n * r / size_;
       const int64_t rhi = n * (r + 1) / size_;
-      if (rhi > rlo) {
-        std::memcpy(src + rlo * esize, buffer(r, slot, seq) + rlo * esize,
-                    static_cast<size_t>((rhi - rlo) * esize));
-      }
+      const uint8_t* const reduced = buffer(r, slot, seq);
+      ForEachShare(pieces, starts, off + rlo, off + rhi, [&](const AllreducePiece& p, int64_t from, int64_t to, int64_t k) {
+        if (p.out != nullptr) {
+          std::memcpy(static_cast<uint8_t*>(p.out) + from * esize, reduced + (rlo + to) * esize, k * esize);
+        }
+      });
     }
   }
   return Status::OK();

@@ -18,10 +18,12 @@
 //   1. copy my part of the input into my buffer (seq % 2); publish arrived[slot] = seq;
 //   2. wait until every rank's arrived[slot] >= seq;
 //   3. reduce my slice (elements [rank * n / size, (rank + 1) * n / size)) over every rank's
-//      buffer, in rank order (so every run gives the same bits), into the caller's tensor, and
-//      copy it into my buffer's slice; publish reduced[slot] = seq;
-//   4. wait until every rank's reduced[slot] >= seq; copy every other rank's reduced slice from
-//      its buffer into the caller's tensor.
+//      buffer, in rank order (so every run gives the same bits), into my buffer's slice, and
+//      apply the epilogue to it (postscale, Average's division); publish reduced[slot] = seq;
+//   4. wait until every rank's reduced[slot] >= seq; copy every rank's reduced slice from its
+//      buffer into the caller's tensor.
+// The input and the result may be pieces (the tensors of a fused response, where they lie):
+// step 1 gathers from them and step 4 scatters into them, so fusion costs no extra copy.
 // Why two buffers suffice: a rank writes buffer (seq % 2) again at seq + 2 only after it saw
 // every rank arrive at seq + 1, and a rank arrives at seq + 1 only after step 4 of seq.
 //
@@ -51,6 +53,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backends/backend.h"
 #include "runtime/common/kv_store.h"
 #include "runtime/common/status.h"
 #include "runtime/common/types.h"
@@ -86,6 +89,12 @@ class ShmAllreduce {
   // kProduct) over every rank. `slot` < slots(), used by one thread at a time.
   Status Allreduce(int slot, void* buf, int64_t count, DataType dtype, ReduceOp op,
                    std::chrono::milliseconds timeout);
+  // The same over pieces taken as one buffer (Backend::AllreducePieces): step 1 gathers each
+  // chunk from the pieces' inputs, step 3 applies the epilogue to my reduced slice while it is
+  // in cache, step 4 scatters every slice into the pieces' outputs. No fusion buffer, and no
+  // pass over the result for the postscale or Average.
+  Status AllreducePieces(int slot, const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
+                         const AllreduceEpilogue& epilogue, std::chrono::milliseconds timeout);
 
   // Tells the peers that this rank's backend failed: their waits end with kAborted.
   void Abort();
@@ -112,6 +121,8 @@ class ShmAllreduce {
   std::vector<int32_t> pids_;     // each rank's process id
   std::vector<int> pidfds_;       // readable once that process exited; -1: none (or this rank)
   std::vector<uint64_t> seq_;     // per slot: chunks run so far
+  // Per slot, ranks >= 2 only: where a slice is reduced before it goes into this rank's buffer.
+  std::vector<std::vector<uint8_t>> scratch_;
 };
 
 }  // namespace internal

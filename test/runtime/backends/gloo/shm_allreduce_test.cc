@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/common/reduce.h"
 #include "runtime/common/types.h"
 #include "test/runtime/backends/in_memory_kv_store.h"
 
@@ -118,6 +119,77 @@ TEST(ShmAllreduceTest, MinMaxProductAndHalfPrecision) {
     EXPECT_EQ(maxs[r], std::vector<float>(count, 3.0f));
     EXPECT_EQ(prods[r], std::vector<float>(count, 6.0f));
   }
+}
+
+// The tensors of a fused response, reduced where they lie: pieces whose edges fall inside chunks
+// and slices, one in place, one out of place, one this rank does not hold (zeros in, nothing out),
+// an empty one; the epilogue (postscale, Average's division) gives the bits that the same kernels
+// give when run over the whole result afterwards.
+TEST(ShmAllreduceTest, PiecesAreGatheredAndScatteredWhereTheyLie) {
+  const int size = 3;
+  const std::vector<int64_t> counts = {1500, 0, 2333, 1, 4100, 777};  // 4096-byte chunks: 1024 floats
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  const AllreduceEpilogue epilogue{0.5, size};
+  std::vector<std::vector<float>> results(size);
+  WithRanks(size, 4096, [&](int rank, ShmAllreduce& shm) {
+    std::vector<float> whole(total), in(total), out(total, -7.0f);
+    for (int64_t i = 0; i < total; ++i) in[i] = whole[i] = 0.25f * static_cast<float>((i % 13) + rank * 3);
+    std::vector<AllreducePiece> pieces;
+    int64_t at = 0;
+    for (size_t k = 0; k < counts.size(); ++k) {
+      AllreducePiece p{in.data() + at, out.data() + at, counts[k]};
+      if (k == 2) p.out = in.data() + at;  // in place
+      if (k == 3 && rank == 1) {           // a joined rank: zeros in, nothing written
+        p.in = nullptr;
+        p.out = nullptr;
+        whole[at] = 0.0f;
+      }
+      pieces.push_back(p);
+      at += counts[k];
+    }
+    ASSERT_TRUE(shm.AllreducePieces(0, pieces, DataType::kFloat32, ReduceOp::kSum, epilogue,
+                                    milliseconds(20000)).ok());
+    // The reference: the whole buffer reduced, then the same epilogue over all of it.
+    ASSERT_TRUE(shm.Allreduce(1, whole.data(), total, DataType::kFloat32, ReduceOp::kSum, milliseconds(20000)).ok());
+    ASSERT_TRUE(ScaleBuffer(whole.data(), total, DataType::kFloat32, epilogue.scale).ok());
+    ASSERT_TRUE(DivideBuffer(whole.data(), total, DataType::kFloat32, epilogue.divisor).ok());
+    at = 0;
+    for (size_t k = 0; k < counts.size(); ++k) {
+      const std::vector<float>& got = k == 2 ? in : out;
+      for (int64_t i = at; i < at + counts[k]; ++i) {
+        if (k == 3 && rank == 1) {
+          ASSERT_EQ(out[i], -7.0f) << "a piece without an output was written";
+        } else {
+          ASSERT_EQ(got[i], whole[i]) << "piece " << k << " element " << i - at;
+        }
+      }
+      if (k != 2) {
+        for (int64_t i = at; i < at + counts[k]; ++i) ASSERT_EQ(in[i], 0.25f * static_cast<float>((i % 13) + rank * 3));
+      }
+      at += counts[k];
+    }
+    results[rank] = out;
+  });
+  for (int r = 1; r < size; ++r) {
+    for (int64_t i = 0; i < total; ++i) {
+      if (r == 1 && i == counts[0] + counts[1] + counts[2]) continue;  // rank 1's missing output
+      ASSERT_EQ(results[r][i], results[0][i]) << "rank " << r << " element " << i;
+    }
+  }
+}
+
+TEST(ShmAllreduceTest, AnEpilogueTheDtypeCannotTakeIsRefusedBeforeAnyPeerWaits) {
+  WithRanks(2, 4096, [&](int, ShmAllreduce& shm) {
+    uint8_t flags[3] = {1, 0, 1};
+    const Status s = shm.AllreducePieces(0, {AllreducePiece{flags, flags, 3}}, DataType::kBool, ReduceOp::kSum,
+                                         AllreduceEpilogue{1.0, 2}, milliseconds(2000));
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    // Nothing was published: the next collective on the slot still pairs up.
+    float x = 1.0f;
+    EXPECT_TRUE(shm.Allreduce(0, &x, 1, DataType::kFloat32, ReduceOp::kSum, milliseconds(20000)).ok());
+    EXPECT_EQ(x, 2.0f);
+  });
 }
 
 TEST(ShmAllreduceTest, TwoSlotsRunAtOnce) {
