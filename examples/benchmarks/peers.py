@@ -106,8 +106,9 @@ def build(torch, shape):
     return nn.Sequential(*mods, nn.Linear(dim, 10)), batch
 
 
-def phase_times(torch, model, x, y, reps=5):
+def phase_times(torch, model, x, y, reps=5, loss_of=None):
     """One rank's computation of a step, no communication; medians of `reps` after a warm-up.
+    The step's loss is cross_entropy(model(x), y), or loss_of(model) when given (real_models.py).
     forward_s and backward_s (the loss counts as forward); grad_ready: [seconds into backward,
     bytes] of every gradient, in the order backward produces them; dear_chain_s: what dear must
     compute between the last all-gather of a step and the first reduce-scatter of the next,
@@ -134,7 +135,7 @@ def phase_times(torch, model, x, y, reps=5):
         stamps.clear()
         entered.clear()
         t0 = time.perf_counter()
-        loss = F.cross_entropy(model(x), y)
+        loss = F.cross_entropy(model(x), y) if loss_of is None else loss_of(model)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
