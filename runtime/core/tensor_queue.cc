@@ -13,6 +13,7 @@ TensorQueue::~TensorQueue() {
 }
 
 Status TensorQueue::Push(TensorEntry entry) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_.ok()) return closed_;
@@ -25,9 +26,14 @@ Status TensorQueue::Push(TensorEntry entry) {
                              "on this rank; names must be unique among "
                              "pending collectives (synchronize the first one, or pick another name)");
     }
+    // Only the entry that finds the queue empty wakes the loop: the loop clears the signal
+    // before it drains, so every later entry is drained with it (or, pushed after the drain,
+    // finds the queue empty and wakes it again). A burst of gradients costs one write and one
+    // wake-up, not one per tensor.
+    wake = pending_.empty();
     pending_.push_back(std::move(entry));
   }
-  Wake();
+  if (wake) Wake();
   return Status::OK();
 }
 

@@ -3,9 +3,10 @@
 // Enqueue (any thread) checks that the name is not already in flight in its process set on this
 // rank (EntryKey) — a duplicate is
 // refused at once with InvalidArgument, before anything is sent — then appends the entry and wakes
-// the loop thread through an eventfd that the loop polls together with its sockets. The loop thread
-// drains all new entries in one go (so a burst of gradients becomes one message) and calls Finish
-// when a name completes.
+// the loop thread through an eventfd that the loop polls together with its sockets (only when the
+// queue was empty: the rest of a burst rides on that wake-up). The loop thread clears the signal,
+// then drains all new entries in one go (so a burst of gradients becomes one message), and calls
+// Finish when a name completes.
 #pragma once
 
 #include <cstdint>
