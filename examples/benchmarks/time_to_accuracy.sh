@@ -8,58 +8,13 @@
 #   sudo RATE=100mbit examples/benchmarks/time_to_accuracy.sh --rounds 3 --json run.json --plot run.png
 #   sudo HOSTS=4 RATE=100mbit examples/benchmarks/time_to_accuracy.sh --samples 8192
 #
-# Environment: RATE (1gbit; e.g. 100mbit), BURST (256kb), LATENCY (10ms: the tbf queue's bound),
-# HOSTS (2: h1:1,h2:1; 3: h1..h3; 4: h1..h4, one rank each, the fourth namespace host made by
-# tools/netns_hosts.sh with DADT_NETNS_HOSTS=4; HOSTLIST overrides the list), PYTHON (python3).
-# Extra options go to time_to_accuracy.py (its --link is set from RATE). Hosts it had to create
-# are removed at the end; the shaping is always removed (trap), also on Ctrl-C or failure.
-# Needs root, ip(8), tc(8) and sshd (tools/install_deps.sh installs them).
+# Environment: PYTHON (python3), and shaped_hosts.sh's, which sets up the hosts and the link: RATE
+# (1gbit; e.g. 100mbit), BURST, LATENCY, HOSTS (2, 3 or 4), HOSTLIST. Extra options go to
+# time_to_accuracy.py (its --link is set from RATE).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PYTHON="${PYTHON:-python3}"
-RATE="${RATE:-1gbit}"
-BURST="${BURST:-256kb}"
-LATENCY="${LATENCY:-10ms}"
-HOSTS="${HOSTS:-2}"
-NETNS="$ROOT/tools/netns_hosts.sh"
-
-case "$HOSTS" in
-    2) DEFAULT_LIST=h1:1,h2:1 ;;
-    3) DEFAULT_LIST=h1:1,h2:1,h3:1 ;;
-    4) DEFAULT_LIST=h1:1,h2:1,h3:1,h4:1; export DADT_NETNS_HOSTS=4 ;;
-    *) echo "time_to_accuracy.sh: HOSTS must be 2, 3 or 4 (or set HOSTLIST)" >&2; exit 2 ;;
-esac
-HOSTLIST="${HOSTLIST:-$DEFAULT_LIST}"
-USED=$(tr ',' '\n' <<<"$HOSTLIST" | cut -d: -f1 | sort -u)
-DEVS=()
-for h in $USED; do DEVS+=("dadt-$h"); done
-
-[ "$(id -u)" -eq 0 ] || { echo "time_to_accuracy.sh: must run as root (namespaces, tc)" >&2; exit 2; }
-command -v tc >/dev/null || { echo "time_to_accuracy.sh: tc(8) not found; install iproute2" >&2; exit 2; }
-
-created=0
-status=$(bash "$NETNS" status)
-for h in $USED; do
-    if ! grep -Eq "^$h .*namespace=present sshd=running" <<<"$status"; then
-        grep -q 'namespace=present' <<<"$status" || created=1
-        bash "$NETNS" up
-        break
-    fi
-done
-
-cleanup() {
-    local dev
-    for dev in "${DEVS[@]}"; do tc qdisc del dev "$dev" root 2>/dev/null || true; done
-    if [ "$created" -eq 1 ]; then bash "$NETNS" down || true; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-for dev in "${DEVS[@]}"; do
-    tc qdisc replace dev "$dev" root tbf rate "$RATE" burst "$BURST" latency "$LATENCY"
-done
-echo "shaping: $(tc qdisc show dev "${DEVS[0]}" | head -1) (on ${DEVS[*]})"
-echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
-
-"$PYTHON" "$ROOT/examples/benchmarks/time_to_accuracy.py" --hosts "$HOSTLIST" --network-interface dadt0 \
-    --link "$RATE" "$@"
+export PYTHON="${PYTHON:-python3}" RATE="${RATE:-1gbit}"
+# shellcheck disable=SC2016  # expanded by the inner shell, after shaped_hosts.sh set HOSTLIST
+exec bash "$ROOT/examples/benchmarks/shaped_hosts.sh" bash -c \
+    '"$PYTHON" "$0/examples/benchmarks/time_to_accuracy.py" --hosts "$HOSTLIST" --network-interface dadt0 --link "$RATE" "$@"' \
+    "$ROOT" "$@"
