@@ -68,7 +68,7 @@ inline constexpr const char kHierarchicalAllreduce[] = "DADT_HIERARCHICAL_ALLRED
 inline constexpr const char kStartTimeout[] = "DADT_START_TIMEOUT";        // seconds
 inline constexpr const char kGlooTimeout[] = "DADT_GLOO_TIMEOUT_SECONDS";  // seconds per collective
 inline constexpr const char kGlooSegmentBytes[] = "DADT_GLOO_SEGMENT_BYTES";  // 0 = engine default
-inline constexpr const char kShmAllreduce[] = "DADT_SHM_ALLREDUCE";  // 0: Gloo's ring on one host too
+inline constexpr const char kShmAllreduce[] = "DADT_SHM_ALLREDUCE";  // 0: Gloo's ring / MPI_Allreduce on one host too
 inline constexpr const char kGlooThreads[] = "DADT_GLOO_THREADS";  // collectives in flight at once
 inline constexpr int64_t kDefaultGlooThreads = 2;
 inline constexpr const char kRealtimeThreads[] = "DADT_REALTIME_THREADS";  // 1: real-time

@@ -22,7 +22,7 @@
 #include "runtime/backends/gloo/loop_ticker.h"
 #include "runtime/backends/gloo/peer_watchdog.h"
 #include "runtime/backends/gloo/ring.h"
-#include "runtime/backends/gloo/shm_allreduce.h"
+#include "runtime/backends/shm/shm_allreduce.h"
 #include "runtime/backends/gloo/store_adapter.h"
 #include "runtime/backends/gloo/tracked_transport.h"
 #include "runtime/common/logging.h"
@@ -174,29 +174,28 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
 
 struct GlooBackend::Shared {
   std::unique_ptr<internal::PeerWatchdog> watchdog;  // null when size == 1
-  std::unique_ptr<internal::ShmAllreduce> shm;       // null unless every rank is on this host
+  std::unique_ptr<shm::ShmAllreduce> shm;       // null unless every rank is on this host
   std::mutex mu;
   Status broken;         // the first failure of this backend or any fork (guarded by mu)
   uint32_t forks = 0;    // forks made so far (guarded by mu)
 };
 
 Status GlooBackend::SetUpSharedMemory(const BackendOptions& options) {
-  internal::ShmAllreduceOptions so;
+  shm::ShmAllreduceOptions so;
   so.enabled = options.shm_allreduce;
   so.rank = rank_;
   so.size = size_;
-  so.store = options.store;
-  so.store_prefix = options.store_prefix;
-  so.connect_timeout =
-      options.connect_timeout.count() > 0 ? options.connect_timeout : options.timeout;
-  StatusOr<std::unique_ptr<internal::ShmAllreduce>> shm = internal::ShmAllreduce::Open(so);
-  int32_t everyone = shm.ok() ? 1 : 0;
-  DADT_RETURN_IF_ERROR(Allreduce(&everyone, 1, DataType::kInt32, ReduceOp::kMin));
-  if (everyone == 1) {
-    shared_->shm = std::move(*shm);
-  } else if (!shm.ok() && options.shm_allreduce) {
-    DADT_LOG(WARNING) << "gloo: allreduce over TCP, not shared memory: "
-                      << shm.status().message() << " (set DADT_SHM_ALLREDUCE=0 to silence)";
+  so.exchange = shm::ExchangeThroughStore(
+      options.store, options.store_prefix, rank_, size_,
+      options.connect_timeout.count() > 0 ? options.connect_timeout : options.timeout);
+  StatusOr<std::unique_ptr<shm::ShmAllreduce>> opened = shm::ShmAllreduce::Open(so);
+  if (opened.ok()) {
+    shared_->shm = std::move(*opened);
+  } else if (opened.status().code() != StatusCode::kPreconditionFailed) {
+    return opened.status();  // the exchange failed: the store is unreachable
+  } else if (options.shm_allreduce) {
+    DADT_LOG(WARNING) << "gloo: allreduce over TCP, not shared memory: " << opened.status().message()
+                      << " (set DADT_SHM_ALLREDUCE=0 to silence)";
   }
   return Status::OK();
 }

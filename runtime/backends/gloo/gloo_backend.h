@@ -3,7 +3,7 @@
 // Created through BackendRegistry::Create("gloo", options); nothing outside this folder includes
 // this header. Each collective maps onto one of Gloo's "new style" collectives:
 //
-//   Allreduce      every rank on this host: through shared memory (shm_allreduce.h; handles
+//   Allreduce      every rank on this host: through shared memory (shm/shm_allreduce.h; handles
 //                  beyond its slots, or DADT_SHM_ALLREDUCE=0, use the ring), which also reduces
 //                  a fused response's tensors where they lie (AllreducePieces). Otherwise
 //                  Gloo's ring: reduce-scatter then allgather, pipelined in segments of at most
@@ -90,9 +90,9 @@ class GlooBackend final : public Backend {
               std::shared_ptr<internal::BufferRegistry> registry);
   GlooBackend(const GlooBackend& parent, uint32_t tag_base);
 
-  // When every rank is on this host: opens the shared-memory allreduce (shm_allreduce.h) and
-  // keeps it only if every rank could (agreed by a TCP allreduce); otherwise logs why not. Fails
-  // only when that agreement fails (the connections are broken).
+  // When every rank is on this host: opens the shared-memory allreduce (shm/shm_allreduce.h),
+  // which every rank keeps only if every rank could (agreed over the rendezvous store), and
+  // otherwise logs why not. Fails only when the store does.
   Status SetUpSharedMemory(const BackendOptions& options);
   // This handle's slot in the shared-memory allreduce, or -1 (not on one host, or beyond its
   // slots): handle k (k = tag_base_ >> 28) has slot k.

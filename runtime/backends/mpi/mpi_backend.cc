@@ -8,6 +8,7 @@
 
 #include "runtime/backends/mpi/mpi_env.h"
 #include "runtime/backends/mpi/mpi_error.h"
+#include "runtime/common/logging.h"
 
 namespace dadt {
 namespace backends {
@@ -53,7 +54,9 @@ StatusOr<std::unique_ptr<Backend>> MpiBackend::Create(const BackendOptions& opti
         " in the job but rank " + std::to_string(rank) + " of " + std::to_string(size) +
         " in its MPI communicator");
   }
-  return std::unique_ptr<Backend>(new MpiBackend(*comm, rank, size));
+  std::unique_ptr<MpiBackend> backend(new MpiBackend(*comm, rank, size, options.timeout));
+  DADT_RETURN_IF_ERROR(backend->SetUpSharedMemory(options.shm_allreduce));
+  return std::unique_ptr<Backend>(std::move(backend));
 }
 
 // A process set's backend: MPI_Comm_create_group is collective over the members only, unlike
@@ -85,7 +88,63 @@ StatusOr<std::unique_ptr<Backend>> MpiBackend::CreateForMembers(const BackendOpt
   int rank = -1, size = 0;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  return std::unique_ptr<Backend>(new MpiBackend(comm, rank, size, /*owns_comm=*/true));
+  std::unique_ptr<MpiBackend> backend(new MpiBackend(comm, rank, size, options.timeout, /*owns_comm=*/true));
+  DADT_RETURN_IF_ERROR(backend->SetUpSharedMemory(options.shm_allreduce));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+Status MpiBackend::SetUpSharedMemory(bool enabled) {
+  if (size_ < 2) return Status::OK();
+  MPI_Comm node = MPI_COMM_NULL;
+  DADT_RETURN_IF_ERROR(DADT_MPI_STATUS(
+      "comm_split_type", MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node)));
+  int on_this_host = 0;
+  MPI_Comm_size(node, &on_this_host);
+  MPI_Comm_free(&node);
+  if (on_this_host != size_) return Status::OK();
+  shm::ShmAllreduceOptions so;
+  so.rank = rank_;
+  so.size = size_;
+  so.enabled = enabled;
+  so.slots = 1;  // no forks: one collective at a time
+  so.exchange = [this](const std::string&, const std::string& mine) -> StatusOr<std::vector<std::string>> {
+    int length = static_cast<int>(mine.size());
+    std::vector<int> lengths(size_), displs(size_, 0);
+    DADT_RETURN_IF_ERROR(DADT_MPI_STATUS(
+        "allgather", MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_)));
+    for (int r = 1; r < size_; ++r) displs[r] = displs[r - 1] + lengths[r - 1];
+    std::string all(static_cast<size_t>(displs.back() + lengths.back()), '\0');
+    DADT_RETURN_IF_ERROR(DADT_MPI_STATUS(
+        "allgatherv", MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(),
+                                     displs.data(), MPI_CHAR, comm_)));
+    std::vector<std::string> said(size_);
+    for (int r = 0; r < size_; ++r) said[r] = all.substr(displs[r], lengths[r]);
+    return said;
+  };
+  StatusOr<std::unique_ptr<shm::ShmAllreduce>> opened = shm::ShmAllreduce::Open(so);
+  if (opened.ok()) {
+    shm_ = std::move(*opened);
+  } else if (opened.status().code() != StatusCode::kPreconditionFailed) {
+    return Finish(opened.status());
+  } else if (enabled) {
+    DADT_LOG(WARNING) << "mpi: allreduce through MPI, not dadt's shared memory: " << opened.status().message()
+                      << " (set DADT_SHM_ALLREDUCE=0 to silence)";
+  }
+  return Status::OK();
+}
+
+void MpiBackend::Abort() {
+  if (shm_) shm_->Abort();  // peers waiting in shared memory fail fast too
+}
+
+Status MpiBackend::AllreducePieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
+                                   const AllreduceEpilogue& epilogue) {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  if (!shm_) return Backend::AllreducePieces(pieces, dtype, op, epilogue);
+  MPI_Datatype type;
+  MPI_Op mpi_op;
+  DADT_RETURN_IF_ERROR(internal::MpiTypeAndOp(dtype, op, &type, &mpi_op));  // the same refusals
+  return Finish(shm_->AllreducePieces(0, pieces, dtype, op, epilogue, timeout_));
 }
 
 // The job's communicator (JobComm) is kept for the next incarnation and freed with the job
@@ -144,6 +203,7 @@ Status MpiBackend::Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp 
   MPI_Datatype type;
   MPI_Op mpi_op;
   DADT_RETURN_IF_ERROR(internal::MpiTypeAndOp(dtype, op, &type, &mpi_op));
+  if (shm_) return Finish(shm_->Allreduce(0, buf, count, dtype, op, timeout_));
   char* p = static_cast<char*>(buf);
   const int64_t width = static_cast<int64_t>(DataTypeSize(dtype));
   DADT_RETURN_IF_ERROR(AlignStart(count * width));

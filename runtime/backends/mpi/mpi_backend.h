@@ -8,7 +8,11 @@
 // one the MPI library picks for the size and the fabric (Open MPI's tuned component: recursive
 // doubling for small allreduces, ring / Rabenseifner for large ones; shared memory on one node):
 //
-//   Allreduce      MPI_Allreduce in place, in chunks of at most INT_MAX elements.
+//   Allreduce      every rank on this host: dadt's shared-memory allreduce (shm/shm_allreduce.h,
+//                  as Gloo's; 1.8x faster than Open MPI 4.1's MPI_Allreduce at 47.6 MiB, and it
+//                  reduces a fused response's tensors where they lie, AllreducePieces;
+//                  DADT_SHM_ALLREDUCE=0 turns it off). Otherwise MPI_Allreduce in place, in chunks
+//                  of at most INT_MAX elements.
 //   Allgatherv     MPI_Allgatherv on bytes (MPI_IN_PLACE when the input already sits in `out`).
 //   Broadcast      MPI_Bcast on bytes, in chunks of at most INT_MAX bytes.
 //   Alltoallv      MPI_Alltoallv on bytes.
@@ -46,11 +50,13 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "runtime/backends/backend.h"
+#include "runtime/backends/shm/shm_allreduce.h"
 
 namespace dadt {
 namespace backends {
@@ -65,6 +71,10 @@ class MpiBackend final : public Backend {
 
   const char* Name() const override { return "MPI"; }
   Status Allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) override;
+  bool ReducesPieces() const override { return shm_ != nullptr; }
+  Status AllreducePieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
+                         const AllreduceEpilogue& epilogue) override;
+  void Abort() override;
   Status Allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) override;
   Status Broadcast(void* buf, int64_t bytes, int root) override;
   Status Alltoallv(const void* in, const std::vector<int64_t>& send_bytes, void* out,
@@ -74,8 +84,13 @@ class MpiBackend final : public Backend {
   Status Barrier() override;
 
  private:
-  MpiBackend(MPI_Comm comm, int rank, int size, bool owns_comm = false)
-      : comm_(comm), rank_(rank), size_(size), owns_comm_(owns_comm) {}
+  MpiBackend(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout, bool owns_comm = false)
+      : comm_(comm), rank_(rank), size_(size), timeout_(timeout), owns_comm_(owns_comm) {}
+
+  // Collective over comm_: when every rank of it is on this host (MPI_COMM_TYPE_SHARED), opens
+  // the shared-memory allreduce, kept only if every rank could; otherwise logs why not (unless
+  // `enabled` is false here). Fails only when MPI does.
+  Status SetUpSharedMemory(bool enabled);
 
   Status CheckUsable() const;
   Status Finish(Status status);
@@ -89,9 +104,11 @@ class MpiBackend final : public Backend {
   MPI_Comm comm_;
   const int rank_;
   const int size_;
+  const std::chrono::milliseconds timeout_;  // the shared-memory allreduce's wait for a peer
   const bool owns_comm_;  // a process set's communicator; the job's is kept (mpi_env.h)
   Status broken_;
   std::vector<char> scratch_;  // Reducescatter's copy of an input that overlaps its output
+  std::unique_ptr<shm::ShmAllreduce> shm_;  // null unless every rank is on this host
 };
 
 namespace internal {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "runtime/backends/mpi/mpi_env.h"
@@ -67,6 +68,10 @@ class MpiProcessRunner : public testutil::RankRunner {
       options.size = size;
       options.timeout = timeout;
       options.native_comm = reinterpret_cast<uintptr_t>(sub);
+      // Every rank is on this host, so allreduces go through dadt's shared memory unless the
+      // test runs with DADT_SHM_ALLREDUCE=0 (mpi_conformance_no_shm_test: MPI_Allreduce itself).
+      const char* shm = std::getenv("DADT_SHM_ALLREDUCE");
+      options.shm_allreduce = shm == nullptr || std::string(shm) != "0";
       auto created = BackendRegistry::Create(backend, options);
       if (created.ok()) {
         body(world_rank_, **created);

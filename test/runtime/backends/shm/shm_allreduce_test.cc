@@ -1,8 +1,8 @@
-// ShmAllreduce (runtime/backends/gloo/shm_allreduce.h) on its own, ranks as threads: results for
+// ShmAllreduce (runtime/backends/shm/shm_allreduce.h) on its own, ranks as threads: results for
 // every dtype and op across many chunks (tiny chunks, so slices and chunk edges fall everywhere),
 // identical bits on every rank, two slots at once, set-up agreement and nothing left in /dev/shm,
 // and the failures (a peer gone, a peer that never comes, a failed peer) that must end a wait.
-#include "runtime/backends/gloo/shm_allreduce.h"
+#include "runtime/backends/shm/shm_allreduce.h"
 
 #include <unistd.h>
 
@@ -21,8 +21,7 @@
 
 namespace dadt {
 namespace backends {
-namespace gloo {
-namespace internal {
+namespace shm {
 namespace {
 
 using std::chrono::milliseconds;
@@ -30,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 
 // Whether /dev/shm still holds a segment of the job whose token is in `store` under `prefix`.
 bool AnySegmentLeft(testutil::InMemoryKeyValueStore& store, const std::string& prefix, int size) {
-  auto token = store.Get(prefix + "shm/token", milliseconds(1000));
+  auto token = store.Get(prefix + "shm/token/0", milliseconds(1000));
   EXPECT_TRUE(token.ok());
   for (int r = 0; r < size; ++r) {
     if (access(("/dev/shm/dadt-" + *token + "-" + std::to_string(r)).c_str(), F_OK) == 0) return true;
@@ -53,8 +52,7 @@ void WithRanks(int size, int64_t chunk_bytes,
       ShmAllreduceOptions o;
       o.rank = r;
       o.size = size;
-      o.store = &store;
-      o.store_prefix = prefix;
+      o.exchange = ExchangeThroughStore(&store, prefix, r, size, milliseconds(30000));
       o.slots = slots;
       o.chunk_bytes = chunk_bytes;
       auto shm = ShmAllreduce::Open(o);
@@ -237,8 +235,7 @@ TEST(ShmAllreduceTest, ARankWithSharedMemoryOffMakesEveryRankSayWhy) {
       ShmAllreduceOptions o;
       o.rank = r;
       o.size = 3;
-      o.store = &store;
-      o.store_prefix = "off/";
+      o.exchange = ExchangeThroughStore(&store, "off/", r, 3, milliseconds(30000));
       o.enabled = r != 1;
       results[r] = ShmAllreduce::Open(o).status();
     });
@@ -246,7 +243,7 @@ TEST(ShmAllreduceTest, ARankWithSharedMemoryOffMakesEveryRankSayWhy) {
   for (auto& t : threads) t.join();
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(results[r].code(), StatusCode::kPreconditionFailed) << "rank " << r;
-    EXPECT_NE(results[r].message().find("DADT_SHM_ALLREDUCE=0"), std::string::npos)
+    EXPECT_NE(results[r].message().find("rank 1 has DADT_SHM_ALLREDUCE=0"), std::string::npos)
         << results[r].ToString();
   }
 }
@@ -261,8 +258,7 @@ TEST(ShmAllreduceTest, APeerThatLeavesEndsTheWaitAtOnce) {
       ShmAllreduceOptions o;
       o.rank = r;
       o.size = 2;
-      o.store = &store;
-      o.store_prefix = "leave/";
+      o.exchange = ExchangeThroughStore(&store, "leave/", r, 2, milliseconds(30000));
       auto shm = ShmAllreduce::Open(o);
       ASSERT_TRUE(shm.ok()) << shm.status().ToString();
       if (r == 1) {
@@ -292,8 +288,7 @@ TEST(ShmAllreduceTest, AFailedPeerAbortsAndASilentOneTimesOut) {
         ShmAllreduceOptions o;
         o.rank = r;
         o.size = 2;
-        o.store = &store;
-        o.store_prefix = abort ? "abort/" : "silent/";
+        o.exchange = ExchangeThroughStore(&store, abort ? "abort/" : "silent/", r, 2, milliseconds(30000));
         auto shm = ShmAllreduce::Open(o);
         ASSERT_TRUE(shm.ok()) << shm.status().ToString();
         if (r == 1) {
@@ -317,7 +312,6 @@ TEST(ShmAllreduceTest, AFailedPeerAbortsAndASilentOneTimesOut) {
 }
 
 }  // namespace
-}  // namespace internal
-}  // namespace gloo
+}  // namespace shm
 }  // namespace backends
 }  // namespace dadt

@@ -1,9 +1,10 @@
-// ShmAllreduce: the Gloo engine's allreduce when every rank of the job is on this host, through
-// shared memory instead of loopback TCP.
+// ShmAllreduce: the host engines' allreduce (Gloo's and MPI's) when every rank of the job is on
+// this host, through shared memory instead of loopback TCP or the MPI library's own transport.
 //
 // Why: over loopback, Gloo's ring moves each byte through the kernel twice per step (a send copy
 // and a receive copy) and wakes its transport thread per segment; a 1 MiB allreduce at 2 ranks
-// took ~0.9 ms that way. With shared memory every rank copies its input in once, reduces its
+// took ~0.9 ms that way; Open MPI 4.1's MPI_Allreduce of 47.6 MiB at 2 ranks takes 1.8x as long
+// as this (docs/performance.md, issue 34). With shared memory every rank copies its input in once, reduces its
 // own slice reading the others' copies directly, and copies the reduced slices out: about three
 // passes over the buffer and two barriers.
 //
@@ -27,14 +28,15 @@
 // Why two buffers suffice: a rank writes buffer (seq % 2) again at seq + 2 only after it saw
 // every rank arrive at seq + 1, and a rank arrives at seq + 1 only after step 4 of seq.
 //
-// Set-up (Open) is collective over the job's store: each rank creates its segment under a name
-// that carries a token from rank 0 (so two jobs never meet), allocates it (posix_fallocate, so
-// that a full /dev/shm is an error now and never a SIGBUS later), publishes whether it could,
-// maps every peer's segment and checks that it can see every peer's process. Each rank unlinks
-// its segment name once every rank has opened it (or given up), so a job that dies leaves
-// nothing in /dev/shm. Open's result is this rank's view only: the caller must agree with the
-// other ranks (GlooBackend allreduces a flag over its TCP connections) and drop the object on
-// every rank unless every rank succeeded, keeping Gloo's ring everywhere.
+// Set-up (Open) is collective, over an exchange the engine provides (every rank's string, in rank
+// order: Gloo's over the rendezvous store, ExchangeThroughStore; MPI's with MPI_Allgatherv): each
+// rank creates its segment under a name that carries a token from rank 0 (so two jobs never meet),
+// allocates it (posix_fallocate, so that a full /dev/shm is an error now and never a SIGBUS
+// later), says whether it could, maps every peer's segment and checks that it can see every
+// peer's process, then says whether it could. Each rank unlinks its segment name once every rank
+// has opened it (or given up), so a job that dies leaves nothing in /dev/shm. Every rank returns
+// the same answer: the object when every rank could, else kPrecondition naming the first rank
+// that could not and why.
 
 // Failure, never a hang: waits spin briefly, then sleep on a futex, and every few milliseconds
 // check (a) the deadline (the collective timeout: kTimeout), (b) that each awaited peer process
@@ -48,6 +50,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -60,24 +63,30 @@
 
 namespace dadt {
 namespace backends {
-namespace gloo {
-namespace internal {
+namespace shm {
+
+// Every rank's `mine`, in rank order (a collective: every rank calls it with the same `step`).
+using ShmExchange = std::function<StatusOr<std::vector<std::string>>(const std::string& step,
+                                                                    const std::string& mine)>;
+
+// The exchange over a rendezvous store: rank r sets "<prefix>shm/<step>/<r>", then reads every
+// other rank's key, waiting at most `timeout` for each.
+ShmExchange ExchangeThroughStore(KeyValueStore* store, std::string prefix, int rank, int size,
+                                 std::chrono::milliseconds timeout);
 
 struct ShmAllreduceOptions {
   int rank = 0;
   int size = 1;
-  bool enabled = true;              // false: take part in Open only to say "not here"
-  KeyValueStore* store = nullptr;  // used by Open only
-  std::string store_prefix;        // keys under "<prefix>shm/"
-  std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
-  int slots = 4;                          // handles that may use it (the backend and its forks)
+  bool enabled = true;     // false: take part in Open only to say "not here"
+  ShmExchange exchange;    // used by Open only
+  int slots = 4;                          // handles that may use it (a backend and its forks)
   int64_t chunk_bytes = 2 << 20;          // per buffer; two buffers per slot
 };
 
 class ShmAllreduce {
  public:
-  // Collective. The object when this rank mapped every rank's segment, or kPrecondition saying
-  // why not (see above: the ranks must then agree).
+  // Collective. The object when every rank mapped every rank's segment, or kPrecondition saying
+  // which rank could not and why (the same on every rank).
   static StatusOr<std::unique_ptr<ShmAllreduce>> Open(const ShmAllreduceOptions& options);
   ~ShmAllreduce();
   ShmAllreduce(const ShmAllreduce&) = delete;
@@ -125,7 +134,6 @@ class ShmAllreduce {
   std::vector<std::vector<uint8_t>> scratch_;
 };
 
-}  // namespace internal
-}  // namespace gloo
+}  // namespace shm
 }  // namespace backends
 }  // namespace dadt

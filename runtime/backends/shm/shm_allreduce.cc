@@ -1,4 +1,4 @@
-#include "runtime/backends/gloo/shm_allreduce.h"
+#include "runtime/backends/shm/shm_allreduce.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -19,8 +19,7 @@
 
 namespace dadt {
 namespace backends {
-namespace gloo {
-namespace internal {
+namespace shm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -101,15 +100,33 @@ ShmAllreduce::~ShmAllreduce() {
   }
 }
 
+ShmExchange ExchangeThroughStore(KeyValueStore* store, std::string prefix, int rank, int size,
+                                 std::chrono::milliseconds timeout) {
+  return [store, prefix = std::move(prefix), rank, size, timeout](
+             const std::string& step, const std::string& mine) -> StatusOr<std::vector<std::string>> {
+    if (store == nullptr) return InvalidArgument("shared-memory allreduce needs a store");
+    const std::string keys = prefix + "shm/" + step + "/";
+    DADT_RETURN_IF_ERROR(store->Set(keys + std::to_string(rank), mine));
+    std::vector<std::string> all(size);
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) {
+        all[r] = mine;
+        continue;
+      }
+      DADT_ASSIGN_OR_RETURN(all[r], store->Get(keys + std::to_string(r), timeout));
+    }
+    return all;
+  };
+}
+
 StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Open(const ShmAllreduceOptions& o) {
-  if (o.store == nullptr) return InvalidArgument("shared-memory allreduce needs a store");
+  if (!o.exchange) return InvalidArgument("shared-memory allreduce needs an exchange");
   if (o.slots < 1 || o.slots > kMaxSlots) {
     return InvalidArgument("shared-memory allreduce: slots must be 1 to " + std::to_string(kMaxSlots));
   }
   if (o.chunk_bytes < 4096 || o.chunk_bytes % 64 != 0) {
     return InvalidArgument("shared-memory allreduce: chunk_bytes must be a multiple of 64, >= 4096");
   }
-  const std::string keys = o.store_prefix + "shm/";
   std::string token;
   if (o.rank == 0) {
     std::random_device rd;
@@ -117,10 +134,10 @@ StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Open(const ShmAllreduceOpt
     char hex[17];
     std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(t));
     token = hex;
-    DADT_RETURN_IF_ERROR(o.store->Set(keys + "token", token));
-  } else {
-    DADT_ASSIGN_OR_RETURN(token, o.store->Get(keys + "token", o.connect_timeout));
   }
+  StatusOr<std::vector<std::string>> tokens = o.exchange("token", token);
+  if (!tokens.ok()) return tokens.status();
+  token = (*tokens)[0];
   std::unique_ptr<ShmAllreduce> shm(new ShmAllreduce(o.rank, o.size, o.slots, o.chunk_bytes));
   const size_t bytes = kControlBytes + static_cast<size_t>(o.slots) * 2 * o.chunk_bytes;
   const std::string mine = SegmentName(token, o.rank);
@@ -149,53 +166,50 @@ StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Open(const ShmAllreduceOpt
     }
   }
   if (fd >= 0) close(fd);
-  DADT_RETURN_IF_ERROR(o.store->Set(keys + "created/" + std::to_string(o.rank),
-                                    problem.empty() ? "ok" : problem));
+  if (!problem.empty() && o.enabled) problem = "rank " + std::to_string(o.rank) + ": " + problem;
+  // "" when this rank's step went well, else what went wrong (naming the rank).
+  auto first_problem = [](const std::vector<std::string>& said) {
+    for (const std::string& p : said) {
+      if (!p.empty()) return p;
+    }
+    return std::string();
+  };
+  StatusOr<std::vector<std::string>> created = o.exchange("created", problem);
+  if (!created.ok()) problem = created.status().message();
+  if (problem.empty()) problem = first_problem(*created);
 
-  // Every peer's segment, once it says it exists.
+  // Every peer's segment, now that each says it exists.
   for (int r = 0; r < o.size && problem.empty(); ++r) {
     if (r == o.rank) continue;
-    StatusOr<std::string> said = o.store->Get(keys + "created/" + std::to_string(r), o.connect_timeout);
-    if (!said.ok()) {
-      problem = said.status().message();
-      break;
-    }
-    if (*said != "ok") {
-      problem = "rank " + std::to_string(r) + ": " + *said;
-      break;
-    }
     const std::string name = SegmentName(token, r);
     int pfd = shm_open(name.c_str(), O_RDWR, 0);
     if (pfd < 0) {  // another /dev/shm: the rank is on another host, or in another container
-      problem = ErrnoText("rank " + std::to_string(r) + "'s segment " + name, errno);
+      problem = ErrnoText("rank " + std::to_string(o.rank) + ": rank " + std::to_string(r) + "'s segment " + name,
+                          errno);
       break;
     }
     void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
     const int mmap_errno = errno;
     close(pfd);
     if (base == MAP_FAILED) {
-      problem = ErrnoText("mmap " + name, mmap_errno);
+      problem = ErrnoText("rank " + std::to_string(o.rank) + ": mmap " + name, mmap_errno);
       break;
     }
     shm->maps_[r] = {base, bytes};
     const pid_t pid = static_cast<pid_t>(shm->control(r)->pid.value.load(std::memory_order_acquire));
     if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
-      problem = "rank " + std::to_string(r) + "'s process (pid " + std::to_string(pid) +
-                ") is not visible from here (another pid namespace?)";
+      problem = "rank " + std::to_string(o.rank) + " cannot see rank " + std::to_string(r) + "'s process (pid " +
+                std::to_string(pid) + "; another pid namespace?)";
       break;
     }
     shm->pids_[r] = pid;
     shm->pidfds_[r] = OpenPidFd(pid);
   }
   // Nobody unlinks before every rank has opened every segment (or given up).
-  DADT_RETURN_IF_ERROR(o.store->Set(keys + "mapped/" + std::to_string(o.rank), "1"));
-  for (int r = 0; r < o.size; ++r) {
-    if (r == o.rank) continue;
-    StatusOr<std::string> done = o.store->Get(keys + "mapped/" + std::to_string(r), o.connect_timeout);
-    if (!done.ok() && problem.empty()) problem = done.status().message();
-    if (!done.ok()) break;
-  }
+  StatusOr<std::vector<std::string>> mapped = o.exchange("mapped", problem);
   if (shm->maps_[o.rank].base != nullptr) shm_unlink(mine.c_str());
+  if (!mapped.ok()) return mapped.status();
+  if (problem.empty()) problem = first_problem(*mapped);
   if (!problem.empty()) return PreconditionFailed(problem);
   return shm;
 }
@@ -344,7 +358,6 @@ Status ShmAllreduce::AllreducePieces(int slot, const std::vector<AllreducePiece>
   return Status::OK();
 }
 
-}  // namespace internal
-}  // namespace gloo
+}  // namespace shm
 }  // namespace backends
 }  // namespace dadt
