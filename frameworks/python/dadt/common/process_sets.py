@@ -334,6 +334,12 @@ def forget_all() -> None:
 
 
 def enqueue_kwargs(process_set: Optional[ProcessSet]) -> Dict[str, int]:
-    """``dadt._core.enqueue``'s keyword for ``process_set=``: none for the global set."""
+    """``dadt._core.enqueue``'s keyword for ``process_set=``: none for the global set (a shared
+    empty dict, which callers must not change)."""
+    if process_set is None:
+        return _NO_KWARGS
     set_id_ = set_id(process_set)
-    return {"process_set_id": set_id_} if set_id_ else {}
+    return {"process_set_id": set_id_} if set_id_ else _NO_KWARGS
+
+
+_NO_KWARGS: Dict[str, int] = {}

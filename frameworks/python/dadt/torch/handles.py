@@ -64,7 +64,7 @@ auto_name = collective_name  # '<op>.noname.<n>' for name=None (dadt.common.util
 def check_tensor(tensor: Any, name: str) -> None:
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("tensor '%s' must be a torch.Tensor, got %s" % (name, type(tensor).__name__))
-    if tensor.device.type not in ("cpu", "cuda"):
+    if not (tensor.is_cpu or tensor.is_cuda):  # attributes: no device object per call
         raise ValueError("tensor '%s' is on %s; dadt takes CPU and CUDA tensors"
                          % (name, tensor.device))
     if tensor.layout != torch.strided:
@@ -101,7 +101,7 @@ def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],
     name_key = in_flight.key(name, set_kwargs.get("process_set_id", 0))
     _names_in_flight.check(name_key)
     stream, staged_device, copy_back = 0, -1, None
-    gpu = tensor is not None and tensor.device.type == "cuda"
+    gpu = tensor is not None and tensor.is_cuda
     if gpu and _core.device_backend() == "nccl":
         # The runtime orders its work after the tensor's current stream (no host wait here).
         stream = torch.cuda.current_stream(tensor.device).cuda_stream
@@ -129,8 +129,12 @@ def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],
 
 def _capsule(tensor: torch.Tensor) -> Any:
     # to_dlpack: no stream handshake (__dlpack__ would synchronise streams); the runtime orders
-    # its own stream after the framework's with an event.
-    return torch.utils.dlpack.to_dlpack(tensor.detach())
+    # its own stream after the framework's with an event. DLPack refuses a tensor that requires
+    # grad: a detached view (the same memory) goes instead; others go as they are.
+    return _to_dlpack(tensor.detach() if tensor.requires_grad else tensor)
+
+
+_to_dlpack = torch.utils.dlpack.to_dlpack
 
 
 def register(members: List[Member], output: Any = None,

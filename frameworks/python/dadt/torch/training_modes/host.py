@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Tuple
 import torch
 import torch.optim.optimizer as _torch_optimizer
 
-from dadt.common.process_sets import set_size
+from dadt.common.process_sets import keeps_own_gradients, set_size
 from dadt.common.util import Average, Sum
 
 
@@ -62,10 +62,9 @@ class EngineHost:
     def reducing_ranks(self) -> int:
         """How many ranks reduce the gradients: the process set's size (0 when this rank is not
         a member: it then trains alone, as Horovod's non-members do)."""
-        ps = self._process_set
-        if ps is not None and ps.process_set_id != 0 and not ps.included():
+        if keeps_own_gradients(self._process_set):
             return 0
-        return set_size(ps)
+        return set_size(self._process_set)
 
     @property
     def op(self):
