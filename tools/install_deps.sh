@@ -109,6 +109,20 @@ for line in reqs:
     # ==2.13.0 accepts the local build 2.13.0+cpu (PEP 440).
     if req.specifier and not req.specifier.contains(have, prereleases=True):
         print(line)
+        continue
+    # ray[train]: the extra's own packages too (pandas, pyarrow), not only ray itself.
+    for extra in req.extras:
+        for dep in map(Requirement, metadata.requires(req.name) or []):
+            if dep.marker is None or not dep.marker.evaluate({"extra": extra}):
+                continue
+            try:
+                metadata.version(dep.name)
+            except metadata.PackageNotFoundError:
+                print(line)
+                break
+        else:
+            continue
+        break
 EOF
 )"
 pip_missing=()

@@ -24,7 +24,7 @@ from sklearn.model_selection import train_test_split
 import dadt.torch as dadt
 
 
-def parse_args():
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--lr", type=float, default=0.05, help="learning rate of one rank; scaled by size()")
@@ -38,7 +38,7 @@ def parse_args():
                    help="what the gradients (diloco: the pseudo-gradient) travel as")
     p.add_argument("--lr-step-epochs", type=int, default=0,
                    help="halve the learning rate every this many epochs (0: constant)")
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
 def load_data(seed):
@@ -49,8 +49,11 @@ def load_data(seed):
     return x_train, x_test, y_train, y_test
 
 
-def main():
-    args = parse_args()
+def main(argv=None):
+    """Trains with the flags in ``argv`` (None: the command line); returns the final test accuracy
+    (every rank computes it; rank 0 prints it). examples/ray/train_digits_ray.py calls this on each
+    Ray worker."""
+    args = parse_args(argv)
     torch.set_num_threads(1)
     dadt.init()
     rank, size = dadt.rank(), dadt.size()
@@ -110,6 +113,7 @@ def main():
     if rank == 0:
         print(f"final test accuracy: {accuracy:.4f}", flush=True)
     dadt.shutdown()
+    return accuracy
 
 
 if __name__ == "__main__":
