@@ -37,9 +37,13 @@ bool AnySegmentLeft(testutil::InMemoryKeyValueStore& store, const std::string& p
   return false;
 }
 
-// Opens one ShmAllreduce per rank (threads), then runs body(rank, shm) on every rank.
-void WithRanks(int size, int64_t chunk_bytes,
-               const std::function<void(int, ShmAllreduce&)>& body, int slots = 2,
+using Opened = StatusOr<std::unique_ptr<ShmAllreduce>>;
+
+// Opens one ShmAllreduce per rank (threads, exchanging over one store under a prefix of their
+// own), then runs body(rank, what Open gave) on every rank. enabled(rank) false: that rank has
+// shared memory off.
+void OpenRanks(int size, int64_t chunk_bytes, int slots, const std::function<void(int, Opened&)>& body,
+               const std::function<bool(int)>& enabled = nullptr,
                testutil::InMemoryKeyValueStore* store_out = nullptr, std::string* prefix_out = nullptr) {
   static int job = 0;
   testutil::InMemoryKeyValueStore own;
@@ -55,12 +59,22 @@ void WithRanks(int size, int64_t chunk_bytes,
       o.exchange = ExchangeThroughStore(&store, prefix, r, size, milliseconds(30000));
       o.slots = slots;
       o.chunk_bytes = chunk_bytes;
-      auto shm = ShmAllreduce::Open(o);
-      ASSERT_TRUE(shm.ok()) << shm.status().ToString();
-      body(r, **shm);
+      o.enabled = !enabled || enabled(r);
+      Opened shm = ShmAllreduce::Open(o);
+      body(r, shm);
     });
   }
   for (auto& t : threads) t.join();
+}
+
+// OpenRanks where every rank must open: body(rank, shm).
+void WithRanks(int size, int64_t chunk_bytes,
+               const std::function<void(int, ShmAllreduce&)>& body, int slots = 2,
+               testutil::InMemoryKeyValueStore* store_out = nullptr, std::string* prefix_out = nullptr) {
+  OpenRanks(size, chunk_bytes, slots, [&](int r, Opened& shm) {
+    ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+    body(r, **shm);
+  }, nullptr, store_out, prefix_out);
 }
 
 template <typename T> DataType DataTypeOf();
@@ -227,20 +241,9 @@ TEST(ShmAllreduceTest, LeavesNothingInDevShm) {
 }
 
 TEST(ShmAllreduceTest, ARankWithSharedMemoryOffMakesEveryRankSayWhy) {
-  testutil::InMemoryKeyValueStore store;
   std::vector<Status> results(3);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      ShmAllreduceOptions o;
-      o.rank = r;
-      o.size = 3;
-      o.exchange = ExchangeThroughStore(&store, "off/", r, 3, milliseconds(30000));
-      o.enabled = r != 1;
-      results[r] = ShmAllreduce::Open(o).status();
-    });
-  }
-  for (auto& t : threads) t.join();
+  OpenRanks(3, 4096, 2, [&](int r, Opened& shm) { results[r] = shm.status(); },
+            [](int r) { return r != 1; });
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(results[r].code(), StatusCode::kPreconditionFailed) << "rank " << r;
     EXPECT_NE(results[r].message().find("rank 1 has DADT_SHM_ALLREDUCE=0"), std::string::npos)
@@ -249,30 +252,20 @@ TEST(ShmAllreduceTest, ARankWithSharedMemoryOffMakesEveryRankSayWhy) {
 }
 
 TEST(ShmAllreduceTest, APeerThatLeavesEndsTheWaitAtOnce) {
-  testutil::InMemoryKeyValueStore store;
   Status waited;
   double seconds = 0;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      ShmAllreduceOptions o;
-      o.rank = r;
-      o.size = 2;
-      o.exchange = ExchangeThroughStore(&store, "leave/", r, 2, milliseconds(30000));
-      auto shm = ShmAllreduce::Open(o);
-      ASSERT_TRUE(shm.ok()) << shm.status().ToString();
-      if (r == 1) {
-        std::this_thread::sleep_for(milliseconds(200));
-        shm->reset();  // gone without joining rank 0's allreduce
-        return;
-      }
-      float x = 1;
-      const auto t0 = Clock::now();
-      waited = (*shm)->Allreduce(0, &x, 1, DataType::kFloat32, ReduceOp::kSum, milliseconds(60000));
-      seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    });
-  }
-  for (auto& t : threads) t.join();
+  OpenRanks(2, 4096, 2, [&](int r, Opened& shm) {
+    ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+    if (r == 1) {
+      std::this_thread::sleep_for(milliseconds(200));
+      shm->reset();  // gone without joining rank 0's allreduce
+      return;
+    }
+    float x = 1;
+    const auto t0 = Clock::now();
+    waited = (*shm)->Allreduce(0, &x, 1, DataType::kFloat32, ReduceOp::kSum, milliseconds(60000));
+    seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  });
   EXPECT_EQ(waited.code(), StatusCode::kAborted) << waited.ToString();
   EXPECT_NE(waited.message().find("rank 1 closed"), std::string::npos) << waited.ToString();
   EXPECT_LT(seconds, 5);  // far below the 60 s timeout
@@ -280,28 +273,17 @@ TEST(ShmAllreduceTest, APeerThatLeavesEndsTheWaitAtOnce) {
 
 TEST(ShmAllreduceTest, AFailedPeerAbortsAndASilentOneTimesOut) {
   for (bool abort : {true, false}) {
-    testutil::InMemoryKeyValueStore store;
     Status waited;
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        ShmAllreduceOptions o;
-        o.rank = r;
-        o.size = 2;
-        o.exchange = ExchangeThroughStore(&store, abort ? "abort/" : "silent/", r, 2, milliseconds(30000));
-        auto shm = ShmAllreduce::Open(o);
-        ASSERT_TRUE(shm.ok()) << shm.status().ToString();
-        if (r == 1) {
-          std::this_thread::sleep_for(milliseconds(200));
-          if (abort) (*shm)->Abort();
-          std::this_thread::sleep_for(milliseconds(600));  // alive, never joins
-          return;
-        }
-        float x = 1;
-        waited = (*shm)->Allreduce(0, &x, 1, DataType::kFloat32, ReduceOp::kSum, milliseconds(500));
-      });
-    }
-    for (auto& t : threads) t.join();
+    WithRanks(2, 4096, [&](int r, ShmAllreduce& shm) {
+      if (r == 1) {
+        std::this_thread::sleep_for(milliseconds(200));
+        if (abort) shm.Abort();
+        std::this_thread::sleep_for(milliseconds(600));  // alive, never joins
+        return;
+      }
+      float x = 1;
+      waited = shm.Allreduce(0, &x, 1, DataType::kFloat32, ReduceOp::kSum, milliseconds(500));
+    });
     if (abort) {
       EXPECT_EQ(waited.code(), StatusCode::kAborted) << waited.ToString();
       EXPECT_NE(waited.message().find("rank 1 failed"), std::string::npos) << waited.ToString();
