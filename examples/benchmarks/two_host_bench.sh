@@ -9,45 +9,24 @@
 #   sudo examples/benchmarks/two_host_bench.sh                   # the documented run
 #   sudo examples/benchmarks/two_host_bench.sh --rounds 5        # extra options go to train_bench.py
 #
-# Environment: REALTIME (1: DADT_REALTIME_THREADS for the ranks), RATE (1gbit), BURST (256kb), LATENCY (10ms: the tbf queue's bound), PYTHON (the
-# interpreter with dadt installed; default: python3), DADTRUN (default: beside $PYTHON, else PATH).
-# Hosts it had to create are removed at the end; the shaping is always removed (trap), also on
-# Ctrl-C or failure. Needs root, ip(8), tc(8) and sshd (tools/install_deps.sh installs them).
+# Environment: REALTIME (1: DADT_REALTIME_THREADS for the ranks), PYTHON (the interpreter with
+# dadt installed; default: python3), DADTRUN (default: beside $PYTHON, else PATH), and
+# shaped_hosts.sh's, which sets up the hosts and the link: RATE (1gbit), BURST, LATENCY. Hosts it
+# had to create are removed at the end; the shaping is always removed, also on Ctrl-C or failure.
+# Needs root, ip(8), tc(8) and sshd (tools/install_deps.sh installs them).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PYTHON="${PYTHON:-python3}"
-RATE="${RATE:-1gbit}"
-BURST="${BURST:-256kb}"
-LATENCY="${LATENCY:-10ms}"
-DEVS=(dadt-h1 dadt-h2)
 # One rank per host and per core: the communication threads may run real-time
 # (docs/backends.md, "Real-time threads"). REALTIME=0 measures without.
 DADT_ARGS="-x DADT_REALTIME_THREADS=${REALTIME:-1}"
-NETNS="$ROOT/tools/netns_hosts.sh"
 
-[ "$(id -u)" -eq 0 ] || { echo "two_host_bench: must run as root (namespaces, tc)" >&2; exit 2; }
-command -v tc >/dev/null || { echo "two_host_bench: tc(8) not found; install iproute2" >&2; exit 2; }
-
-created=0
-status=$(bash "$NETNS" status)
-if ! grep -Eq '^h1 .*namespace=present sshd=running' <<<"$status" ||
-   ! grep -Eq '^h2 .*namespace=present sshd=running' <<<"$status"; then
-    grep -q 'namespace=present' <<<"$status" || created=1
-    bash "$NETNS" up
+# First the hosts and the shaped link (shaped_hosts.sh), which then runs this script again inside.
+if [ "${1:-}" != "--on-shaped-hosts" ]; then
+    export PYTHON RATE="${RATE:-1gbit}" HOSTS=2
+    exec bash "$ROOT/examples/benchmarks/shaped_hosts.sh" bash "${BASH_SOURCE[0]}" --on-shaped-hosts "$@"
 fi
-
-cleanup() {
-    local dev
-    for dev in "${DEVS[@]}"; do tc qdisc del dev "$dev" root 2>/dev/null || true; done
-    if [ "$created" -eq 1 ]; then bash "$NETNS" down || true; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-for dev in "${DEVS[@]}"; do
-    tc qdisc replace dev "$dev" root tbf rate "$RATE" burst "$BURST" latency "$LATENCY"
-done
-echo "shaping: $(tc qdisc show dev dadt-h1 | head -1) (also on dadt-h2)"
+shift
 
 # What the link carries: one TCP stream h1 -> h2 for ~100 MB (payload rate, MB/s).
 LINK_MBPS=$(
@@ -73,7 +52,6 @@ PY
     wait
 )
 echo "link h1 -> h2: $LINK_MBPS MB/s (one TCP stream)"
-echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 
 # The collectives the modes are made of, on this link: 44 MB as tensors of 1 to 44 MB.
 echo

@@ -59,6 +59,29 @@ _store = None
 _DEFAULT_START_TIMEOUT_S = 30  # runtime/common/env.h kDefaultStartTimeoutSeconds
 
 
+def read_store_port(proc: subprocess.Popen, dadtrun: str, who: str) -> int:
+    """The port that ``dadtrun --serve-store`` (dadtrun/store_task.h) started as ``proc`` serves on:
+    its lines up to READY on stdout (then closed), or RuntimeError naming ``who`` with the store's
+    ERROR line or exit code."""
+    port = None
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        if line == "READY":
+            break
+        if line.startswith("ERROR\t"):
+            proc.wait()
+            raise RuntimeError("%s: %s" % (who, line[len("ERROR\t"):]))
+        name, _, value = line.partition("=")
+        if name == "DADT_RENDEZVOUS_PORT":
+            port = int(value)
+    if port is None:
+        code = proc.wait()
+        raise RuntimeError("%s: %s --serve-store ended (exit code %s) before serving dadt's rendezvous store"
+                           % (who, dadtrun, code))
+    proc.stdout.close()
+    return port
+
+
 def _knob(name: str) -> str:
     """The variable that supplies the knob ``name``: itself, or its Horovod name
     (``HOROVOD_START_TIMEOUT``) when only that one is set, by the runtime's rule
@@ -132,22 +155,7 @@ def _serve(env) -> tuple:
                            % env.get("WORLD_SIZE"))
     proc = subprocess.Popen([dadtrun, "--serve-store"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True, close_fds=True, env=dict(env, DADT_SECRET=secret))
-    port = None
-    for line in proc.stdout:
-        line = line.rstrip("\n")
-        if line == "READY":
-            break
-        if line.startswith("ERROR\t"):
-            proc.wait()
-            raise RuntimeError("rank 0 of a torchrun job: " + line[len("ERROR\t"):])
-        name, _, value = line.partition("=")
-        if name == "DADT_RENDEZVOUS_PORT":
-            port = int(value)
-    if port is None:
-        code = proc.wait()
-        raise RuntimeError("%s --serve-store ended (exit code %s) before serving dadt's rendezvous store "
-                           "on rank 0" % (dadtrun, code))
-    proc.stdout.close()
+    port = read_store_port(proc, dadtrun, "rank 0 of a torchrun job")
     _server = proc  # serves until this process exits
     return port, secret, None if given else secret
 

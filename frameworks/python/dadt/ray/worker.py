@@ -61,6 +61,7 @@ def serve_store(secret: str, env: Optional[Dict[str, str]] = None) -> Dict[str, 
     port. Returns {"port", "pid"}. A store this process already serves is stopped first."""
     global _server
     from dadt.common import slurm
+    from dadt.common.torchrun import read_store_port
     stop_store()
     dadtrun = slurm.find_dadtrun()
     if dadtrun is None:
@@ -70,22 +71,7 @@ def serve_store(secret: str, env: Optional[Dict[str, str]] = None) -> Dict[str, 
                            % (sys.executable, socket.gethostname()))
     child_env = dict(os.environ, **(env or {}), DADT_SECRET=secret)
     proc = _spawn_in_keeper_thread([dadtrun, "--serve-store"], child_env)
-    port = None
-    for line in proc.stdout:
-        line = line.rstrip("\n")
-        if line == "READY":
-            break
-        if line.startswith("ERROR\t"):
-            proc.wait()
-            raise RuntimeError("rank 0 of a dadt job on Ray: " + line[len("ERROR\t"):])
-        name, _, value = line.partition("=")
-        if name == "DADT_RENDEZVOUS_PORT":
-            port = int(value)
-    if port is None:
-        code = proc.wait()
-        raise RuntimeError("%s --serve-store ended (exit code %s) before serving the job's rendezvous store"
-                           % (dadtrun, code))
-    proc.stdout.close()
+    port = read_store_port(proc, dadtrun, "rank 0 of a dadt job on Ray")
     _server = proc
     return {"port": port, "pid": proc.pid}
 
