@@ -173,6 +173,47 @@ def whole_allreduce_s(torch, dadt, model, name="peers.W"):
     return statistics.median(walls[1:])
 
 
+def timed_chunks(args, steps, drain, barrier, samples_per_step):
+    """A launch's figure: --warmup-steps steps, then --chunks consecutive chunks of --steps steps,
+    samples/s of each. The chunks follow each other with no pause, as training's steps do: a drain
+    between them would end each chunk with the next step's collectives already using the link but
+    not counted (async and dear keep one step in flight), which cost async ~5% in 5-step chunks."""
+    steps(args.warmup_steps)
+    drain()
+    barrier()
+    steps(1)  # steady state: async's allreduce of this step is in flight when timing starts
+    chunks = []
+    t0 = time.perf_counter()
+    for _ in range(args.chunks):
+        steps(args.steps)
+        t1 = time.perf_counter()
+        chunks.append(samples_per_step * args.steps / (t1 - t0))
+        t0 = t1
+    drain()
+    return chunks
+
+
+def report_result(rank, size, extra, chunks):
+    """Rank 0 prints the launch's measurements on one RESULT line, which run_launch reads."""
+    if rank == 0:
+        print("RESULT " + json.dumps(dict(extra, samples_per_sec=chunks, size=size)), flush=True)
+
+
+def run_launch(cmd, env, prog, what):
+    """Runs one launch and returns its RESULT, or exits naming `what` with the launch's output."""
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=1800)
+    except subprocess.TimeoutExpired:
+        sys.exit("%s: %s did not finish in 30 minutes" % (prog, what))
+    for line in proc.stdout.splitlines():
+        m = re.search(r"RESULT (\{.*\})$", line)
+        if m and proc.returncode == 0:
+            return json.loads(m.group(1))
+    sys.exit("%s: %s failed (exit %d):\n%s" % (prog, what, proc.returncode, proc.stdout[-3000:]))
+
+
 def worker(args):
     import torch
     import torch.nn.functional as F
@@ -226,23 +267,7 @@ def worker(args):
             F.cross_entropy(model(x), y).backward()
             opt.step()
 
-    steps(args.warmup_steps)
-    drain()
-    barrier()
-    steps(1)  # steady state: async's allreduce of this step is in flight when timing starts
-    # The chunks follow each other with no pause, as training's steps do: a drain between them
-    # would end each chunk with the next step's collectives already using the link but not counted
-    # (async and dear keep one step in flight), which cost async ~5% in 5-step chunks.
-    chunks = []
-    t0 = time.perf_counter()
-    for _ in range(args.chunks):
-        steps(args.steps)
-        t1 = time.perf_counter()
-        chunks.append(size * batch * args.steps / (t1 - t0))
-        t0 = t1
-    drain()
-    if rank == 0:
-        print("RESULT " + json.dumps(dict(extra, samples_per_sec=chunks, size=size)), flush=True)
+    report_result(rank, size, extra, timed_chunks(args, steps, drain, barrier, size * batch))
     finish()
     if kind.startswith("ddp"):
         # torch 2.13: freeing DDP's reducer at exit can deadlock (~ProcessGroupGloo holds its
@@ -282,17 +307,7 @@ def command(args, kind, shape):
 
 def launch(args, kind, shape):
     cmd, env = command(args, kind, shape)
-    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-    try:
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=1800)
-    except subprocess.TimeoutExpired:
-        sys.exit("peers: %s on %s did not finish in 30 minutes" % (kind, shape))
-    for line in proc.stdout.splitlines():
-        m = re.search(r"RESULT (\{.*\})$", line)
-        if m and proc.returncode == 0:
-            return json.loads(m.group(1))
-    sys.exit("peers: %s on %s failed (exit %d):\n%s" % (kind, shape, proc.returncode, proc.stdout[-3000:]))
+    return run_launch(cmd, env, "peers", "%s on %s" % (kind, shape))
 
 
 def contenders(args):

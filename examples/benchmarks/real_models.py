@@ -55,14 +55,11 @@ each dadt mode's overlap bound (peers.py's doc string explains the bounds).
 import argparse
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
-import time
 
 from allreduce_bench import find_dadtrun, worker_environment  # same folder
-from peers import comm_end, phase_times, ratio, spread, whole_allreduce_s
+from peers import comm_end, phase_times, ratio, report_result, run_launch, spread, timed_chunks, whole_allreduce_s
 import bench_models
 
 CONTENDERS = ("ddp", "ddp-tuned", "horovod", "sync", "async", "dear")
@@ -186,20 +183,7 @@ def worker(args):
             loss_fn(model(*inputs), targets).backward()
             opt.step()
 
-    steps(args.warmup_steps)
-    drain()
-    barrier()
-    steps(1)  # steady state: async's allreduce of this step is in flight when timing starts
-    chunks = []  # back to back, as training's steps (peers.py's worker says why)
-    t0 = time.perf_counter()
-    for _ in range(args.chunks):
-        steps(args.steps)
-        t1 = time.perf_counter()
-        chunks.append(size * batch * args.steps / (t1 - t0))
-        t0 = t1
-    drain()
-    if rank == 0:
-        print("RESULT " + json.dumps(dict(extra, samples_per_sec=chunks, size=size)), flush=True)
+    report_result(rank, size, extra, timed_chunks(args, steps, drain, barrier, size * batch))
     finish()
     if kind.startswith("ddp"):
         # As in peers.py: freeing DDP's reducer at exit can deadlock on torch 2.13. The results are
@@ -243,17 +227,7 @@ def command(args, kind, model):
 
 def launch(args, kind, model):
     cmd, env = command(args, kind, model)
-    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-    try:
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=1800)
-    except subprocess.TimeoutExpired:
-        sys.exit("real_models: %s on %s did not finish in 30 minutes" % (kind, model))
-    for line in proc.stdout.splitlines():
-        m = re.search(r"RESULT (\{.*\})$", line)
-        if m and proc.returncode == 0:
-            return json.loads(m.group(1))
-    sys.exit("real_models: %s on %s failed (exit %d):\n%s" % (kind, model, proc.returncode, proc.stdout[-3000:]))
+    return run_launch(cmd, env, "real_models", "%s on %s" % (kind, model))
 
 
 def contenders(args):
