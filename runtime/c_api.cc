@@ -15,6 +15,7 @@
 #include "runtime/common/env.h"
 #include "runtime/core/elastic_membership.h"
 #include "runtime/core/engine_setup.h"
+#include "runtime/core/negotiation/peer_matcher.h"
 #include "runtime/core/op_layout.h"
 #include "runtime/core/runtime.h"
 #include "runtime/dlpack_types.h"
@@ -348,7 +349,9 @@ int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTe
   if (!rt) return (Fail(NotInitialized()), -1);
   dadt::core::TensorEntry e;
   dadt::core::Request& r = e.request;
-  if (desc->op_type < DADT_OP_ALLREDUCE || desc->op_type > DADT_OP_JOIN) {
+  const bool point_to_point =
+      desc->op_type == DADT_OP_PEER_EXCHANGE || desc->op_type == DADT_OP_NEIGHBOR_ALLGATHER;
+  if ((desc->op_type < DADT_OP_ALLREDUCE || desc->op_type > DADT_OP_JOIN) && !point_to_point) {
     Fail(dadt::InvalidArgument("unknown op_type " + std::to_string(desc->op_type) +
                                " (process sets: dadt_add_process_set, dadt_remove_process_set)"));
     return -1;
@@ -365,6 +368,18 @@ int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTe
   const bool has_stream = desc->struct_size >= offsetof(dadt_op_desc, staged_device) + sizeof(int32_t);
   if (desc->struct_size >= offsetof(dadt_op_desc, process_set_id) + sizeof(int32_t)) {
     r.process_set_id = desc->process_set_id;
+  }
+  if (point_to_point && desc->struct_size >= offsetof(dadt_op_desc, withdraw) + sizeof(int32_t)) {
+    if (desc->send_ranks && desc->num_send_ranks > 0) {
+      r.send_ranks.assign(desc->send_ranks, desc->send_ranks + desc->num_send_ranks);
+    }
+    if (desc->recv_ranks && desc->num_recv_ranks > 0) {
+      r.recv_ranks.assign(desc->recv_ranks, desc->recv_ranks + desc->num_recv_ranks);
+    }
+    if (desc->op_type == DADT_OP_PEER_EXCHANGE && desc->withdraw) {
+      r.withdraw = true;
+      r.name += dadt::core::kWithdrawSuffix;
+    }
   }
   if (has_stream) {
     e.stream = desc->stream;

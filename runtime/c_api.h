@@ -56,6 +56,10 @@ extern "C" {
 #define DADT_OP_REDUCESCATTER 4
 #define DADT_OP_BARRIER 5
 #define DADT_OP_JOIN 6
+/* Point to point (dadt_op_desc.send_ranks / recv_ranks): a pairwise exchange the coordinator
+ * matches between two ranks that name each other; a neighbor allgather over a graph. */
+#define DADT_OP_PEER_EXCHANGE 9
+#define DADT_OP_NEIGHBOR_ALLGATHER 10
 
 /* Reduce ops (dadt::ReduceOp), Horovod's numbering. */
 #define DADT_REDUCE_AVERAGE 0
@@ -104,6 +108,19 @@ typedef struct dadt_op_desc {
   /* The process set the collective runs in (dadt_add_process_set); 0, the default, is the global
    * set. A broadcast's root_rank stays a global rank, which must be a member. */
   int32_t process_set_id;
+  /* Point to point: the global ranks this rank sends its input to and receives into its output
+   * from. Peer exchange: the coordinator pairs this rank with one of them that names it back
+   * (send only: to one of send_ranks; receive only: from one of recv_ranks; both: a swap);
+   * dadt_handle_int_result then gives the partner (-1: withdrawn). Neighbor allgather: sends to
+   * all of send_ranks, receives recv_ranks' tensors into the output, concatenated in order. */
+  const int32_t* send_ranks;
+  int32_t num_send_ranks;
+  const int32_t* recv_ranks;
+  int32_t num_recv_ranks;
+  /* Peer exchange: non-zero withdraws this rank's pending exchange of `name` (no tensors): the
+   * pending one completes with partner -1 unless it was matched already; the handle returned
+   * completes once the coordinator has seen the withdrawal. */
+  int32_t withdraw;
 } dadt_op_desc;
 
 void dadt_init_options_default(dadt_init_options* options);

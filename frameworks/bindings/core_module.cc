@@ -136,7 +136,9 @@ std::vector<std::string> BuiltBackends() {
 int64_t Enqueue(int op_type, const std::string& name, py::handle input, py::handle output,
                 int reduce_op, double prescale, double postscale, int root_rank,
                 std::optional<std::vector<int64_t>> splits, int64_t group_id, int group_size,
-                uintptr_t stream, int staged_device, int32_t process_set_id) {
+                uintptr_t stream, int staged_device, int32_t process_set_id,
+                const std::vector<int32_t>& send_ranks, const std::vector<int32_t>& recv_ranks,
+                bool withdraw) {
   const DLTensor* in = TensorFromCapsule(input, "input");
   const DLTensor* out = TensorFromCapsule(output, "output");
   dadt_op_desc desc;
@@ -154,6 +156,11 @@ int64_t Enqueue(int op_type, const std::string& name, py::handle input, py::hand
   desc.stream = stream;
   desc.staged_device = staged_device;
   desc.process_set_id = process_set_id;
+  desc.send_ranks = send_ranks.data();
+  desc.num_send_ranks = static_cast<int32_t>(send_ranks.size());
+  desc.recv_ranks = recv_ranks.data();
+  desc.num_recv_ranks = static_cast<int32_t>(recv_ranks.size());
+  desc.withdraw = withdraw ? 1 : 0;
   int64_t handle;
   {
     py::gil_scoped_release release;
@@ -329,6 +336,8 @@ PYBIND11_MODULE(_core, m) {
   m.attr("OP_REDUCESCATTER") = DADT_OP_REDUCESCATTER;
   m.attr("OP_BARRIER") = DADT_OP_BARRIER;
   m.attr("OP_JOIN") = DADT_OP_JOIN;
+  m.attr("OP_PEER_EXCHANGE") = DADT_OP_PEER_EXCHANGE;
+  m.attr("OP_NEIGHBOR_ALLGATHER") = DADT_OP_NEIGHBOR_ALLGATHER;
   m.attr("REDUCE_AVERAGE") = DADT_REDUCE_AVERAGE;
   m.attr("REDUCE_SUM") = DADT_REDUCE_SUM;
   m.attr("REDUCE_ADASUM") = DADT_REDUCE_ADASUM;
@@ -414,9 +423,13 @@ PYBIND11_MODULE(_core, m) {
         py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("root_rank") = 0,
         py::arg("splits") = py::none(), py::arg("group_id") = -1, py::arg("group_size") = 0,
         py::arg("stream") = 0, py::arg("staged_device") = -1, py::arg("process_set_id") = 0,
+        py::arg("send_ranks") = std::vector<int32_t>(), py::arg("recv_ranks") = std::vector<int32_t>(),
+        py::arg("withdraw") = false,
         "Enqueues a collective on DLPack capsules (not consumed); returns its handle. GPU "
         "tensors: `stream` is the framework's current cudaStream_t; `staged_device` >= 0 marks a "
-        "host copy of a tensor on that GPU. `process_set_id`: the set it runs in (0: global).");
+        "host copy of a tensor on that GPU. `process_set_id`: the set it runs in (0: global). "
+        "Point to point (OP_PEER_EXCHANGE, OP_NEIGHBOR_ALLGATHER): `send_ranks`, `recv_ranks`; "
+        "`withdraw` withdraws this rank's pending peer exchange of `name`.");
   m.def("add_process_set", &AddProcessSet, py::arg("ranks"),
         "Collective over the global set: registers the set of these global ranks, blocking (GIL "
         "released) until it is applied here; returns its id. ValueError for the coordinator's "

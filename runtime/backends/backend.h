@@ -94,6 +94,14 @@ struct AllreduceEpilogue {
   int64_t divisor = 1;
 };
 
+// One side of a point-to-point transfer (Backend::Exchange): `bytes` bytes sent from, or received
+// into, `data`, to or from global rank `peer`.
+struct PeerBuffer {
+  int peer = -1;
+  void* data = nullptr;
+  int64_t bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -135,6 +143,17 @@ class Backend {
                                DataType dtype, ReduceOp op) = 0;
 
   virtual Status Barrier() = 0;
+
+  // Point to point: posts every send and receive at once and returns when all are done. Unlike
+  // the collectives, only the ranks named take part: a send to rank j is matched by rank j's
+  // receive from this rank in its call with the same `sequence`, a number both sides agree on
+  // (the coordinator's, Response::root), distinct for every exchange in flight on this handle.
+  // Messages between two ranks with one sequence are matched in the order they were posted.
+  virtual Status Exchange(const std::vector<PeerBuffer>& sends,
+                          const std::vector<PeerBuffer>& recvs, uint32_t sequence) {
+    (void)sends, (void)recvs, (void)sequence;
+    return Unimplemented(std::string(Name()) + " has no point-to-point transfers");
+  }
 
   // Engines that finish work after the call returns (NCCL enqueues on a stream) report a failure
   // found later here; any thread may call it. Host engines finish inside the call: always OK.

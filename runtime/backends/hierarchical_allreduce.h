@@ -51,6 +51,10 @@ class HierarchicalAllreduce final : public Backend {
     return flat_->Reducescatter(in, out, recv_counts, dtype, op);
   }
   Status Barrier() override { return flat_->Barrier(); }
+  Status Exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
+                  uint32_t sequence) override {
+    return flat_->Exchange(sends, recvs, sequence);
+  }
 
  private:
   std::unique_ptr<Backend> flat_;

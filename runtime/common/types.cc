@@ -68,6 +68,8 @@ const char* OpTypeName(OpType op) {
     case OpType::kJoin: return "join";
     case OpType::kProcessSetAdd: return "process_set_add";
     case OpType::kProcessSetRemove: return "process_set_remove";
+    case OpType::kPeerExchange: return "peer_exchange";
+    case OpType::kNeighborAllgather: return "neighbor_allgather";
   }
   return "unknown";
 }

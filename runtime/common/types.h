@@ -54,6 +54,13 @@ enum class OpType : int32_t {
   // carries the new set's global ranks in Request::splits, a remove the set's id in Request::root.
   kProcessSetAdd = 7,
   kProcessSetRemove = 8,
+  // Point to point (docs/api.md, "Point to point and gossip"). A peer exchange pairs two ranks
+  // that named each other in Request::send_ranks / recv_ranks: the coordinator matches them as
+  // they arrive (runtime/core/negotiation/peer_matcher.h), so only the pair waits for the pair.
+  // A neighbor allgather is a collective of every member over a graph: each rank sends its tensor
+  // to send_ranks and receives recv_ranks' tensors, concatenated in that order.
+  kPeerExchange = 9,
+  kNeighborAllgather = 10,
 };
 const char* OpTypeName(OpType op);
 

@@ -66,7 +66,8 @@ Status CheckOutputView(TensorEntry* entry) {
   if (out.against_input && out.device != (r.device >= 0 ? r.device : kCpuDevice)) {
     return InvalidArgument(of + " must be on the input's device");
   }
-  if (r.op == OpType::kAllgather || r.op == OpType::kReducescatter) {
+  if (r.op == OpType::kAllgather || r.op == OpType::kReducescatter ||
+      r.op == OpType::kNeighborAllgather) {
     if (out.device != kCpuDevice) {
       return InvalidArgument(of + ": a preallocated " + OpTypeName(r.op) +
                              " output must be in host memory");
@@ -95,10 +96,55 @@ Status CheckDeviceReduction(const TensorEntry& entry, const std::string& device_
   return Status::OK();
 }
 
+Status ValidatePointToPoint(const TensorEntry& e, int size) {
+  const Request& r = e.request;
+  const std::string of = std::string(OpTypeName(r.op)) + " of tensor '" + r.name + "'";
+  if (r.process_set_id != 0) {
+    return InvalidArgument(of + ": point-to-point runs in the global process set only, not in "
+                           "process set " + std::to_string(r.process_set_id));
+  }
+  if (r.device >= 0) {
+    return Unimplemented(of + ": point-to-point moves host memory only (GPU tensors: stage them "
+                         "through host memory)");
+  }
+  for (const auto* list : {&r.send_ranks, &r.recv_ranks}) {
+    for (int64_t peer : *list) {
+      if (peer < 0 || peer >= size || peer == r.rank) {
+        return InvalidArgument(of + ": rank " + std::to_string(peer) +
+                               (peer == r.rank ? " is this rank itself"
+                                               : " is not in [0, " + std::to_string(size) + ")"));
+      }
+    }
+  }
+  const int64_t bytes = r.ByteSize();
+  if (r.op == OpType::kNeighborAllgather) {
+    const int64_t want = bytes * static_cast<int64_t>(r.recv_ranks.size());
+    if (e.output == nullptr || e.output_bytes != want) {
+      return InvalidArgument(of + ": the output must hold the " +
+                             std::to_string(r.recv_ranks.size()) + " received tensors (" +
+                             std::to_string(want) + " bytes), concatenated on the first dimension");
+    }
+    return Status::OK();
+  }
+  if (r.withdraw) return Status::OK();
+  if (r.send_ranks.empty() && r.recv_ranks.empty()) {
+    return InvalidArgument(of + ": name at least one rank to send to or receive from");
+  }
+  if (!r.recv_ranks.empty() && e.output == nullptr && bytes > 0) {
+    return InvalidArgument(of + ": receiving needs an output buffer");
+  }
+  if (!r.recv_ranks.empty() && !r.send_ranks.empty() && e.output == e.input && bytes > 0) {
+    return InvalidArgument(of + ": a rank that both sends and receives needs an output buffer "
+                           "apart from its input");
+  }
+  return Status::OK();
+}
+
 Status ValidateEntry(const TensorEntry& e, int rank, int size) {
   const Request& r = e.request;
   const std::string quoted = "'" + r.name + "'";
   if (r.name.empty()) return InvalidArgument("a collective needs a non-empty name");
+  if (r.op == OpType::kPeerExchange && r.withdraw) return Status::OK();
   if (!IsValidDataType(static_cast<int32_t>(r.dtype))) {
     return InvalidArgument("tensor " + quoted + " has an unsupported data type");
   }
@@ -163,6 +209,9 @@ Status ValidateEntry(const TensorEntry& e, int rank, int size) {
                              std::to_string(size) + " entries summing to the first "
                              "dimension " + std::to_string(r.shape[0]));
     }
+  }
+  if (r.op == OpType::kPeerExchange || r.op == OpType::kNeighborAllgather) {
+    DADT_RETURN_IF_ERROR(ValidatePointToPoint(e, size));
   }
   if (r.group_id >= 0 && r.group_size < 1) {
     return InvalidArgument("tensor " + quoted + ": grouped collective with group size < 1");

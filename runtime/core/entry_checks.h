@@ -44,8 +44,14 @@ Status CheckOutputView(TensorEntry* entry);
 Status CheckDeviceReduction(const TensorEntry& entry, const std::string& device_data_plane);
 
 // InvalidArgument (or Unimplemented for Adasum) when the entry cannot run in a job of `size`
-// ranks: name, dtype, reduce op, buffers, root, splits, group size.
+// ranks: name, dtype, reduce op, buffers, root, splits, group size; ValidatePointToPoint for a
+// peer exchange or neighbor allgather.
 Status ValidateEntry(const TensorEntry& entry, int rank, int size);
+
+// A peer exchange or neighbor allgather: the global set, host memory, ranks in the job other than
+// this one, and buffers for what it receives (a neighbor allgather's output holds every received
+// tensor; a rank that sends and receives has an output apart from its input).
+Status ValidatePointToPoint(const TensorEntry& entry, int size);
 
 }  // namespace core
 }  // namespace dadt

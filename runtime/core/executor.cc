@@ -1,5 +1,7 @@
 #include "runtime/core/executor.h"
 
+#include <algorithm>
+
 #include <cstring>
 
 #include "runtime/common/reduce.h"
@@ -80,7 +82,23 @@ void Executor::Finish(TensorEntry& entry, HandleResult result) {
   Complete(queue_, handles_, EntryKey(entry.request), entry.handle, std::move(result));
 }
 
+namespace {
+
+bool Contains(const std::vector<int64_t>& v, int64_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// The engine only reads a send's buffer.
+backends::PeerBuffer SendBuffer(int64_t peer, const void* data, int64_t bytes) {
+  return {static_cast<int>(peer), const_cast<void*>(data), bytes};
+}
+
+}  // namespace
+
 Status Executor::Execute(const Response& r, EntryMap& entries) {
+  // A peer exchange is the business of the ranks in `sizes` only; another rank may hold an entry
+  // of the same name that waits for a partner of its own.
+  if (r.type == Response::Type::kPeerExchange && !Contains(r.sizes, rank_)) return Status::OK();
   const bool traced = events_ && events_->enabled() && r.type != Response::Type::kError &&
                       r.type != Response::Type::kJoin;
   const char* op_name = traced ? OpTypeName(*OpTypeFor(r.type)) : "";
@@ -226,6 +244,8 @@ StatusOr<HandleResult> Executor::RunEntry(const Response& r, TensorEntry& e) {
     case Response::Type::kBroadcast: return Broadcast(r, e);
     case Response::Type::kAlltoall: return Alltoall(r, e);
     case Response::Type::kReducescatter: return Reducescatter(r, e);
+    case Response::Type::kPeerExchange: return PeerExchange(r, e);
+    case Response::Type::kNeighborAllgather: return NeighborAllgather(r, e);
     case Response::Type::kBarrier: return HandleResult{};
     case Response::Type::kProcessSetAdd: {  // applied to the table before (SetBackends)
       HandleResult added;
@@ -346,6 +366,37 @@ StatusOr<HandleResult> Executor::Allgather(const Response& r, TensorEntry& e) {
   }
   DADT_RETURN_IF_ERROR(backend_->Allgatherv(e.input, *out, l.bytes));
   return res;
+}
+
+StatusOr<HandleResult> Executor::PeerExchange(const Response& r, TensorEntry& e) {
+  HandleResult res;
+  if (r.sizes.size() == 2) res.int_result = r.sizes[0] == rank_ ? r.sizes[1] : r.sizes[0];
+  if (!r.error.empty()) {  // a mismatch between the two: delivered to this tensor; the job goes on
+    res.status = MismatchError(r.error);
+    return res;
+  }
+  const int64_t partner = res.int_result;
+  if (partner < 0) return res;  // withdrawn, or a withdraw answered: no partner, output untouched
+  const Request& q = e.request;
+  const int64_t bytes = q.ByteSize();
+  std::vector<backends::PeerBuffer> sends, recvs;
+  if (Contains(q.send_ranks, partner)) sends.push_back(SendBuffer(partner, e.input, bytes));
+  if (Contains(q.recv_ranks, partner)) recvs.push_back({static_cast<int>(partner), e.output, bytes});
+  DADT_RETURN_IF_ERROR(backend_->Exchange(sends, recvs, static_cast<uint32_t>(r.root)));
+  return res;
+}
+
+StatusOr<HandleResult> Executor::NeighborAllgather(const Response& r, TensorEntry& e) {
+  const Request& q = e.request;
+  const int64_t bytes = q.ByteSize();
+  std::vector<backends::PeerBuffer> sends, recvs;
+  for (int64_t to : q.send_ranks) sends.push_back(SendBuffer(to, e.input, bytes));
+  char* out = static_cast<char*>(e.output);
+  for (size_t i = 0; i < q.recv_ranks.size(); ++i) {
+    recvs.push_back({static_cast<int>(q.recv_ranks[i]), out + i * bytes, bytes});
+  }
+  DADT_RETURN_IF_ERROR(backend_->Exchange(sends, recvs, static_cast<uint32_t>(r.root)));
+  return HandleResult{};
 }
 
 StatusOr<HandleResult> Executor::Broadcast(const Response& r, TensorEntry& e) {

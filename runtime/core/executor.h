@@ -79,6 +79,11 @@ class Executor {
   StatusOr<HandleResult> Broadcast(const Response& r, TensorEntry& e);
   StatusOr<HandleResult> Alltoall(const Response& r, TensorEntry& e);
   StatusOr<HandleResult> Reducescatter(const Response& r, TensorEntry& e);
+  // Point to point (Backend::Exchange, message tags from the coordinator's sequence in r.root):
+  // the pair's transfer (int_result: the partner, -1 when withdrawn), and a neighbor allgather
+  // (the receives land in recv_ranks order in the caller's output).
+  StatusOr<HandleResult> PeerExchange(const Response& r, TensorEntry& e);
+  StatusOr<HandleResult> NeighborAllgather(const Response& r, TensorEntry& e);
   Status ExecuteOnDevice(const Response& r, EntryMap& entries);
   Status DeviceFor(int device, const std::string& name);
   uint8_t* FusionBuffer(int64_t bytes);

@@ -16,7 +16,10 @@
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
+#include <gloo/common/error.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include "runtime/backends/gloo/gloo_error.h"
 #include "runtime/backends/gloo/loop_ticker.h"
@@ -412,6 +415,42 @@ Status GlooBackend::Barrier() {
     opts.setTag(NextTag());
     opts.setTimeout(timeout_);
     ::gloo::barrier(opts);
+  }));
+}
+
+Status GlooBackend::Exchange(const std::vector<PeerBuffer>& sends,
+                             const std::vector<PeerBuffer>& recvs, uint32_t sequence) {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  for (const auto* list : {&sends, &recvs}) {
+    for (const PeerBuffer& b : *list) {
+      if (b.peer < 0 || b.peer >= size_ || b.peer == rank_ || b.bytes < 0) {
+        return InvalidArgument("exchange: rank " + std::to_string(rank_) + " cannot transfer " +
+                               std::to_string(b.bytes) + " bytes with rank " +
+                               std::to_string(b.peer) + " in a job of " + std::to_string(size_));
+      }
+    }
+  }
+  if (sends.empty() && recvs.empty()) return Status::OK();
+  return Finish(DADT_GLOO_STATUS("exchange", {
+    internal::PeerWatchdog::Scope watch(watchdog_);
+    // Gloo's collectives use slot prefixes 0x01..0x08, dadt's rings 0x41 and 0x42.
+    constexpr uint8_t kExchangeSlotPrefix = 0x43;
+    const uint64_t slot = ::gloo::Slot::build(kExchangeSlotPrefix, tag_base_ | (sequence & kTagMask));
+    std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> in, out;
+    for (const PeerBuffer& b : recvs) {
+      in.push_back(context_->createUnboundBuffer(b.data, b.bytes));
+      in.back()->recv(b.peer, slot);
+    }
+    for (const PeerBuffer& b : sends) {
+      out.push_back(context_->createUnboundBuffer(b.data, b.bytes));
+      out.back()->send(b.peer, slot);
+    }
+    for (auto& buf : in) {
+      if (!buf->waitRecv(timeout_)) throw ::gloo::IoException("exchange receive was aborted");
+    }
+    for (auto& buf : out) {
+      if (!buf->waitSend(timeout_)) throw ::gloo::IoException("exchange send was aborted");
+    }
   }));
 }
 

@@ -20,6 +20,8 @@
 //   Reducescatter  the same segmented ring (ring.h), reducing each received segment into this
 //                  rank's partial sums (reducescatter.cc).
 //   Barrier        Gloo's dissemination barrier: ceil(log2 n) rounds of zero-byte messages.
+//   Exchange       every send and receive posted at once on Gloo's pairs (unbound buffers), in a
+//                  slot of its own named by the coordinator's sequence number, then waited for.
 //
 // size == 1 needs no network: no device, no store traffic, and every collective is a local copy
 // or nothing, so a single-process job starts instantly.
@@ -81,6 +83,8 @@ class GlooBackend final : public Backend {
   Status Reducescatter(const void* in, void* out, const std::vector<int64_t>& recv_counts,
                        DataType dtype, ReduceOp op) override;
   Status Barrier() override;
+  Status Exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
+                  uint32_t sequence) override;
   std::unique_ptr<Backend> Fork() override;
 
  private:

@@ -292,6 +292,39 @@ Status MpiBackend::Barrier() {
   return Finish(DADT_MPI_STATUS("barrier", MPI_Barrier(comm_)));
 }
 
+Status MpiBackend::Exchange(const std::vector<PeerBuffer>& sends,
+                            const std::vector<PeerBuffer>& recvs, uint32_t sequence) {
+  DADT_RETURN_IF_ERROR(CheckUsable());
+  for (const auto* list : {&sends, &recvs}) {
+    for (const PeerBuffer& b : *list) {
+      if (b.peer < 0 || b.peer >= size_ || b.peer == rank_ || b.bytes < 0 || b.bytes > kMaxChunk) {
+        return InvalidArgument("exchange: rank " + std::to_string(rank_) + " cannot transfer " +
+                               std::to_string(b.bytes) + " bytes with rank " +
+                               std::to_string(b.peer) + " in a job of " + std::to_string(size_) +
+                               " (the mpi backend moves at most INT_MAX bytes per message)");
+      }
+    }
+  }
+  const int tag = static_cast<int>(sequence % 32768);
+  std::vector<MPI_Request> requests;
+  requests.reserve(sends.size() + recvs.size());
+  int rc = MPI_SUCCESS;
+  for (const PeerBuffer& b : recvs) {
+    requests.emplace_back();
+    rc = MPI_Irecv(b.data, static_cast<int>(b.bytes), MPI_BYTE, b.peer, tag, comm_, &requests.back());
+    if (rc != MPI_SUCCESS) break;
+  }
+  for (size_t i = 0; rc == MPI_SUCCESS && i < sends.size(); ++i) {
+    const PeerBuffer& b = sends[i];
+    requests.emplace_back();
+    rc = MPI_Isend(b.data, static_cast<int>(b.bytes), MPI_BYTE, b.peer, tag, comm_, &requests.back());
+  }
+  if (rc == MPI_SUCCESS) {
+    rc = MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  }
+  return Finish(DADT_MPI_STATUS("exchange", rc));
+}
+
 }  // namespace mpi
 }  // namespace backends
 }  // namespace dadt

@@ -18,6 +18,9 @@
 //   Alltoallv      MPI_Alltoallv on bytes.
 //   Reducescatter  MPI_Reduce_scatter.
 //   Barrier        MPI_Barrier.
+//   Exchange       MPI_Irecv and MPI_Isend for every transfer, then MPI_Waitall; the tag is the
+//                  coordinator's sequence number modulo 32768 (MPI's smallest MPI_TAG_UB), safe
+//                  because messages between two ranks on one communicator never overtake.
 //
 // Aligned start: Allreduce, Allgatherv and Reducescatter of 1 MiB or more (in all) begin with an
 // MPI_Barrier on the backend's communicator, so that every rank enters the collective at the same
@@ -82,6 +85,8 @@ class MpiBackend final : public Backend {
   Status Reducescatter(const void* in, void* out, const std::vector<int64_t>& recv_counts,
                        DataType dtype, ReduceOp op) override;
   Status Barrier() override;
+  Status Exchange(const std::vector<PeerBuffer>& sends, const std::vector<PeerBuffer>& recvs,
+                  uint32_t sequence) override;
 
  private:
   MpiBackend(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout, bool owns_comm = false)

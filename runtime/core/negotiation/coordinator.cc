@@ -18,6 +18,7 @@ Coordinator::Coordinator(int size, int64_t fusion_threshold_bytes,
       cycle_time_(cycle_time),
       cache_(cache),
       sets_(size, /*my_rank=*/0),
+      peers_(size),
       joined_(size, false) {}
 
 const std::vector<int>* Coordinator::Members(int32_t set_id) const {
@@ -71,6 +72,11 @@ void Coordinator::Add(const Request& request, Clock::time_point now) {
     last_joined_ = request.rank;
     if (joined_count_ == size_) join_pending_response_ = true;
     for (auto& kv : table_) MarkReadyIfComplete(kv.first, kv.second, now);
+    return;
+  }
+  if (request.op == OpType::kPeerExchange) {
+    peers_.Add(request, now);
+    if (stall_) stall_->OnPending(now);
     return;
   }
   const int32_t set_id = request.process_set_id;
@@ -298,6 +304,7 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
       const bool set_op =
           canonical.op == OpType::kProcessSetAdd || canonical.op == OpType::kProcessSetRemove;
       Response resp = set_op ? ReleaseSetOp(key, p, &ready) : BuildResponse(key, p);
+      if (resp.type == Response::Type::kNeighborAllgather) resp.root = p2p_sequence_++ & 0x3fffffff;
       if (resp.type != Response::Type::kError && cache_ && cache_->enabled()) {
         if (canonical.Cacheable()) {
           // Already cached with this signature: keep its slot and generation (no churn).
@@ -324,6 +331,11 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
     oldest_ready_ = ready_.empty() ? Clock::time_point::max() : now;
     list.responses = PlanFusion(std::move(ready), fusion_threshold_);
   }
+  if (peers_.HasReleasable()) {
+    std::vector<Response> pairs = peers_.Take(&p2p_sequence_);
+    list.responses.insert(list.responses.end(), std::make_move_iterator(pairs.begin()),
+                          std::make_move_iterator(pairs.end()));
+  }
   if (!refused_.empty()) {
     list.responses.insert(list.responses.begin(), std::make_move_iterator(refused_.begin()),
                           std::make_move_iterator(refused_.end()));
@@ -344,7 +356,8 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
 }
 
 Coordinator::Clock::time_point Coordinator::NextDeadline() const {
-  if (!refused_.empty()) return Clock::now();  // errors go out at once
+  // Errors and matched peer exchanges go out at once.
+  if (!refused_.empty() || peers_.HasReleasable()) return Clock::now();
   const auto stall = stall_ ? stall_->next_check() : Clock::time_point::max();
   if (ready_.empty()) return stall;
   return std::min(stall, oldest_ready_ + cycle_time_);
@@ -375,6 +388,7 @@ void Coordinator::CheckStalls(Clock::time_point now, ResponseList* list) {
     }
     waiting.push_back(std::move(t));
   }
+  peers_.AppendWaiting(&waiting);
   StallReport report = stall_->Check(waiting, now);
   list->stall_warning = std::move(report.warning);
   if (!report.shutdown.empty()) {

@@ -21,6 +21,8 @@
 //     response for that set and name. join() counts for the global set (id 0) only. Adds and
 //     removes of sets are requests on the global set, ready like a barrier; released, they change
 //     the coordinator's table (ReleaseSetOp), and every rank applies them in list order.
+//  Point to point: a peer exchange is matched by pair as it arrives (peer_matcher.h), not by the
+//     table; a neighbor allgather is a collective of every member whose graph is validated.
 //  6. Stalls (stall_inspector.h): a name some ranks submitted and others (not joined) have not,
 //     for DADT_STALL_CHECK_TIME_SECONDS, becomes a warning in the next ResponseList, which every
 //     rank logs; past DADT_STALL_SHUTDOWN_TIME_SECONDS it becomes an abort naming the same.
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "runtime/core/negotiation/message.h"
+#include "runtime/core/negotiation/peer_matcher.h"
 #include "runtime/core/process_sets.h"
 #include "runtime/core/response_cache.h"
 #include "runtime/core/stall_inspector.h"
@@ -121,6 +124,10 @@ class Coordinator {
   const timeline::EventStream* events_ = nullptr;
 
   ProcessSetTable sets_;
+  PeerMatcher peers_;  // peer exchanges: matched by pair, not by the table below
+  // Numbers the point-to-point responses (peer exchanges, neighbor allgathers) in release order;
+  // the engines derive message tags from it (Response::root).
+  int32_t p2p_sequence_ = 0;
   std::map<Key, Pending> table_;
   std::vector<Key> ready_;  // in the order tensors became ready
   std::vector<Response> refused_;  // error responses for requests that cannot be negotiated

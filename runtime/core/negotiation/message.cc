@@ -26,6 +26,9 @@ void PutRequest(ByteWriter& w, const Request& r) {
   w.Put<int32_t>(r.process_set_id);
   w.Put<uint8_t>(r.eager ? 1 : 0);
   if (r.eager) w.PutString(r.data);
+  w.PutInts(r.send_ranks);
+  w.PutInts(r.recv_ranks);
+  w.Put<uint8_t>(r.withdraw ? 1 : 0);
 }
 
 Request GetRequest(ByteReader& rd) {
@@ -46,6 +49,9 @@ Request GetRequest(ByteReader& rd) {
   r.process_set_id = rd.Get<int32_t>();
   r.eager = rd.Get<uint8_t>() != 0;
   if (r.eager) r.data = rd.GetString();
+  r.send_ranks = rd.GetInts();
+  r.recv_ranks = rd.GetInts();
+  r.withdraw = rd.Get<uint8_t>() != 0;
   return r;
 }
 
@@ -55,7 +61,8 @@ bool Request::SameSignature(const Request& o) const {
   return op == o.op && name == o.name && dtype == o.dtype && shape == o.shape && root == o.root &&
          reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
          device == o.device && group_id == o.group_id && group_size == o.group_size &&
-         splits == o.splits && process_set_id == o.process_set_id;
+         splits == o.splits && process_set_id == o.process_set_id && send_ranks == o.send_ranks &&
+         recv_ranks == o.recv_ranks && withdraw == o.withdraw;
 }
 
 bool Request::Cacheable() const {
@@ -75,6 +82,8 @@ Response::Type ResponseTypeFor(OpType op) {
     case OpType::kJoin: return Response::Type::kJoin;
     case OpType::kProcessSetAdd: return Response::Type::kProcessSetAdd;
     case OpType::kProcessSetRemove: return Response::Type::kProcessSetRemove;
+    case OpType::kPeerExchange: return Response::Type::kPeerExchange;
+    case OpType::kNeighborAllgather: return Response::Type::kNeighborAllgather;
   }
   return Response::Type::kError;
 }
@@ -90,6 +99,8 @@ std::optional<OpType> OpTypeFor(Response::Type type) {
     case Response::Type::kJoin: return OpType::kJoin;
     case Response::Type::kProcessSetAdd: return OpType::kProcessSetAdd;
     case Response::Type::kProcessSetRemove: return OpType::kProcessSetRemove;
+    case Response::Type::kPeerExchange: return OpType::kPeerExchange;
+    case Response::Type::kNeighborAllgather: return OpType::kNeighborAllgather;
     case Response::Type::kError: break;
   }
   return std::nullopt;

@@ -40,6 +40,14 @@ struct Request {
   // can reduce them itself (see runtime/core/eager_reduce.h). Not part of the signature.
   std::string data;
   bool eager = false;
+  // kPeerExchange, kNeighborAllgather: the global ranks this rank sends its tensor to and receives
+  // from. A peer exchange is matched with one of them (a rank in both lists is a candidate for a
+  // swap); a neighbor allgather sends to all of send_ranks and receives from all of recv_ranks.
+  std::vector<int64_t> send_ranks;
+  std::vector<int64_t> recv_ranks;
+  // kPeerExchange only: this request withdraws this rank's pending exchange of `name` minus
+  // kWithdrawSuffix (its entry travels under the suffixed name; see PeerMatcher::Withdraw).
+  bool withdraw = false;
 
   // True when every field except `rank` matches: the cache's notion of "the same tensor again".
   bool SameSignature(const Request& other) const;
@@ -79,6 +87,13 @@ struct Response {
     // with sizes = {1} when it was registered and {0} when it was not.
     kProcessSetAdd,
     kProcessSetRemove,
+    // Only the ranks in `sizes` take part: the two matched ranks of a peer exchange (one rank
+    // alone: its exchange was withdrawn, or it is a withdraw request answered). `root` carries the
+    // coordinator's sequence number of point-to-point responses, from which the engines derive
+    // their message tags. `error` non-empty: the pair failed to match (delivered to both only).
+    kPeerExchange,
+    // Every member: `root` as above.
+    kNeighborAllgather,
   };
   Type type = Type::kAllreduce;
   std::vector<std::string> names;

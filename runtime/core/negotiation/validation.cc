@@ -47,6 +47,53 @@ std::string ScaleString(const Request& r) {
   return os.str();
 }
 
+bool Contains(const std::vector<int64_t>& v, int64_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// A neighbor allgather's graph: every rank in a send list is a member that lists the sender among
+// the ranks it receives from, and the other way round; no rank names itself or another twice.
+std::string ValidateGraph(const std::string& quoted, const std::vector<Request>& by_rank) {
+  auto find = [&](int64_t rank) -> const Request* {
+    for (const Request& r : by_rank) {
+      if (r.rank == rank) return &r;
+    }
+    return nullptr;
+  };
+  for (const Request& r : by_rank) {
+    if (r.rank < 0) continue;
+    for (const auto* list : {&r.send_ranks, &r.recv_ranks}) {
+      const char* what = list == &r.send_ranks ? "sends to" : "receives from";
+      for (size_t i = 0; i < list->size(); ++i) {
+        const int64_t peer = (*list)[i];
+        if (peer == r.rank || find(peer) == nullptr ||
+            std::find(list->begin(), list->begin() + i, peer) != list->begin() + i) {
+          return "neighbor_allgather of tensor " + quoted + ": rank " + std::to_string(r.rank) +
+                 " " + what + " " + RankListString(*list) + ", and rank " + std::to_string(peer) +
+                 (peer == r.rank ? " is itself"
+                                 : find(peer) == nullptr ? " is not a member" : " twice");
+        }
+      }
+    }
+    for (int64_t to : r.send_ranks) {
+      if (!Contains(find(to)->recv_ranks, r.rank)) {
+        return "ranks disagree on the graph of neighbor_allgather " + quoted + ": rank " +
+               std::to_string(r.rank) + " sends to rank " + std::to_string(to) + ", but rank " +
+               std::to_string(to) + " receives from " + RankListString(find(to)->recv_ranks);
+      }
+    }
+    for (int64_t from : r.recv_ranks) {
+      if (!Contains(find(from)->send_ranks, r.rank)) {
+        return "ranks disagree on the graph of neighbor_allgather " + quoted + ": rank " +
+               std::to_string(r.rank) + " receives from rank " + std::to_string(from) +
+               ", but rank " + std::to_string(from) + " sends to " +
+               RankListString(find(from)->send_ranks);
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string QuotedTensor(int32_t set_id, const std::string& name) {
@@ -121,7 +168,8 @@ std::string ValidateRequests(int32_t set_id, const std::string& name,
            DescribeByRank(by_rank, [](const Request& r) { return DeviceString(r.device); });
   }
   const bool same_shape = first->op == OpType::kAllreduce || first->op == OpType::kBroadcast ||
-                          first->op == OpType::kReducescatter;
+                          first->op == OpType::kReducescatter ||
+                          first->op == OpType::kNeighborAllgather;
   if (same_shape && differs([](const Request& r) { return r.shape; })) {
     return "Mismatched " + op + " tensor shapes for tensor " + quoted + ": " +
            DescribeByRank(by_rank, [](const Request& r) { return ShapeString(r.shape); });
@@ -143,6 +191,7 @@ std::string ValidateRequests(int32_t set_id, const std::string& name,
     return "Mismatched " + op + " scale factors for tensor " + quoted + ": " +
            DescribeByRank(by_rank, ScaleString);
   }
+  if (first->op == OpType::kNeighborAllgather) return ValidateGraph(quoted, by_rank);
   if (first->op == OpType::kBroadcast && differs([](const Request& r) { return r.root; })) {
     return "Mismatched broadcast root ranks for tensor " + quoted + ": " +
            DescribeByRank(by_rank, [](const Request& r) { return "root " + std::to_string(r.root); });

@@ -25,7 +25,8 @@ std::string RankListString(const std::vector<int64_t>& ranks);
 // agree on op, dtype, device kind, shape (all dimensions, or all but the first for allgather and
 // alltoall), reduce op, scale factors, broadcast root, and for process-set adds and removes on the
 // ranks or the id; otherwise the error naming the tensor, what differed and which ranks hold each
-// value. `joined`: the global ranks that called join() (global set only): then only allreduce and
+// value; for a neighbor allgather, that every rank's send and receive lists name members that
+// name it back. `joined`: the global ranks that called join() (global set only): then only allreduce and
 // barrier can run.
 std::string ValidateRequests(int32_t set_id, const std::string& name,
                              const std::vector<Request>& by_rank, const std::vector<int>& joined);

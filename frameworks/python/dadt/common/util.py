@@ -23,6 +23,8 @@ OP_ALLTOALL = 3
 OP_REDUCESCATTER = 4
 OP_BARRIER = 5
 OP_JOIN = 6
+OP_PEER_EXCHANGE = 9
+OP_NEIGHBOR_ALLGATHER = 10
 
 # Per-op counters for unnamed collectives, shared by every front end in this process, so that two
 # front ends never generate the same name.

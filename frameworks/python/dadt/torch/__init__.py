@@ -36,6 +36,8 @@ from dadt.torch.async_collectives import (Adasum, Average, Max, Min, Product, Su
                                 grouped_allgather_async, grouped_allreduce_async_,
                                 grouped_reducescatter_async, join, poll, reducescatter_async,
                                 synchronize)
+from dadt.torch.p2p import (exchange_async, irecv, isend, neighbor_allgather,
+                            neighbor_allgather_async, recv, send, withdraw_exchange)
 from dadt.torch.optimizer import DistributedOptimizer
 from dadt.torch.sync_batch_norm import SyncBatchNorm
 from dadt.torch import elastic  # hvd.elastic.run, TorchState, ElasticSampler (docs/elastic.md)
@@ -61,6 +63,9 @@ __all__ = [
     "reducescatter_async", "grouped_allgather", "grouped_allgather_async",
     "grouped_reducescatter", "grouped_reducescatter_async", "barrier", "join", "poll",
     "synchronize",
+    # point to point (dadt.torch.p2p; graphs in dadt.common.topology)
+    "send", "recv", "isend", "irecv", "exchange_async", "withdraw_exchange",
+    "neighbor_allgather", "neighbor_allgather_async",
     # training helpers
     "Compression", "DistributedOptimizer", "SyncBatchNorm", "broadcast_parameters",
     "broadcast_optimizer_state",

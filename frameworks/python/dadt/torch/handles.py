@@ -92,9 +92,10 @@ def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],
             output: Optional[torch.Tensor] = None, reduce_op: int = Average,
             prescale_factor: float = 1.0, postscale_factor: float = 1.0, root_rank: int = 0,
             splits: Optional[List[int]] = None, group_id: int = -1,
-            group_size: int = 0, process_set=None) -> Member:
+            group_size: int = 0, process_set=None, **point_to_point: Any) -> Member:
     """Enqueues one collective in the runtime, on ``process_set`` (None: the global set); pass
-    the result to `register()`."""
+    the result to `register()`. ``point_to_point``: send_ranks, recv_ranks, withdraw
+    (dadt.torch.p2p)."""
     if not _core.is_initialized():
         raise ValueError(NOT_INITIALIZED)
     set_kwargs = enqueue_kwargs(process_set)
@@ -122,7 +123,7 @@ def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],
         out_capsule = _capsule(output)
     handle = call(_core.enqueue, op_type, name, in_capsule, out_capsule, int(reduce_op),
                   float(prescale_factor), float(postscale_factor), int(root_rank), splits,
-                  group_id, group_size, stream, staged_device, **set_kwargs)
+                  group_id, group_size, stream, staged_device, **set_kwargs, **point_to_point)
     _names_in_flight.add(name_key, handle)
     return Member(handle, name_key, (in_capsule, out_capsule, tensor, output), copy_back)
 
