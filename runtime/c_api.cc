@@ -15,7 +15,6 @@
 #include "runtime/common/env.h"
 #include "runtime/core/elastic_membership.h"
 #include "runtime/core/engine_setup.h"
-#include "runtime/core/negotiation/peer_matcher.h"
 #include "runtime/core/op_layout.h"
 #include "runtime/core/runtime.h"
 #include "runtime/dlpack_types.h"
@@ -376,10 +375,7 @@ int64_t dadt_enqueue(const dadt_op_desc* desc, const DLTensor* input, const DLTe
     if (desc->recv_ranks && desc->num_recv_ranks > 0) {
       r.recv_ranks.assign(desc->recv_ranks, desc->recv_ranks + desc->num_recv_ranks);
     }
-    if (desc->op_type == DADT_OP_PEER_EXCHANGE && desc->withdraw) {
-      r.withdraw = true;
-      r.name += dadt::core::kWithdrawSuffix;
-    }
+    if (desc->op_type == DADT_OP_PEER_EXCHANGE && desc->withdraw) r.withdraw = true;
   }
   if (has_stream) {
     e.stream = desc->stream;

@@ -60,6 +60,8 @@ extern "C" {
  * matches between two ranks that name each other; a neighbor allgather over a graph. */
 #define DADT_OP_PEER_EXCHANGE 9
 #define DADT_OP_NEIGHBOR_ALLGATHER 10
+/* What a withdrawal's name adds to the name of the exchange it withdraws (dadt_op_desc.withdraw). */
+#define DADT_WITHDRAW_SUFFIX ".__withdraw__"
 
 /* Reduce ops (dadt::ReduceOp), Horovod's numbering. */
 #define DADT_REDUCE_AVERAGE 0
@@ -117,9 +119,9 @@ typedef struct dadt_op_desc {
   int32_t num_send_ranks;
   const int32_t* recv_ranks;
   int32_t num_recv_ranks;
-  /* Peer exchange: non-zero withdraws this rank's pending exchange of `name` (no tensors): the
-   * pending one completes with partner -1 unless it was matched already; the handle returned
-   * completes once the coordinator has seen the withdrawal. */
+  /* Peer exchange: non-zero withdraws this rank's pending exchange named `name` minus its suffix
+   * DADT_WITHDRAW_SUFFIX (no tensors): the pending one completes with partner -1 unless it was
+   * matched already; the handle returned completes once the coordinator has seen the withdrawal. */
   int32_t withdraw;
 } dadt_op_desc;
 

@@ -6,6 +6,7 @@
 #include "runtime/backends/device.h"
 
 #include "runtime/core/executor.h"
+#include "runtime/core/negotiation/peer_matcher.h"
 #include "runtime/core/op_layout.h"
 
 namespace dadt {
@@ -119,7 +120,7 @@ Status ValidatePointToPoint(const TensorEntry& e, int size) {
   const int64_t bytes = r.ByteSize();
   if (r.op == OpType::kNeighborAllgather) {
     const int64_t want = bytes * static_cast<int64_t>(r.recv_ranks.size());
-    if (e.output == nullptr || e.output_bytes != want) {
+    if ((want > 0 && e.output == nullptr) || e.output_bytes != want) {
       return InvalidArgument(of + ": the output must hold the " +
                              std::to_string(r.recv_ranks.size()) + " received tensors (" +
                              std::to_string(want) + " bytes), concatenated on the first dimension");
@@ -144,7 +145,15 @@ Status ValidateEntry(const TensorEntry& e, int rank, int size) {
   const Request& r = e.request;
   const std::string quoted = "'" + r.name + "'";
   if (r.name.empty()) return InvalidArgument("a collective needs a non-empty name");
-  if (r.op == OpType::kPeerExchange && r.withdraw) return Status::OK();
+  if (r.op == OpType::kPeerExchange && r.withdraw) {
+    const std::string suffix = kWithdrawSuffix;
+    if (r.name.size() <= suffix.size() ||
+        r.name.compare(r.name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      return InvalidArgument("withdrawal " + quoted + ": its name must be the exchange's name "
+                             "followed by '" + suffix + "'");
+    }
+    return Status::OK();
+  }
   if (!IsValidDataType(static_cast<int32_t>(r.dtype))) {
     return InvalidArgument("tensor " + quoted + " has an unsupported data type");
   }

@@ -19,7 +19,7 @@
 //    wrongly (0 sends 'x' to 1, 1 receives 'x' from 2; or both send): neither can ever match;
 //  - a request outside the global process set, naming itself, a non-rank, or no rank at all
 //    (this one to its rank alone).
-// A rank withdraws its pending exchange with a request of the same name plus kWithdrawSuffix
+// A rank withdraws its pending exchange with a request named like it plus kWithdrawSuffix
 // (Request::withdraw): the pending one, if still unmatched, completes alone (untouched output),
 // and so does the withdraw request; if it was matched already, only the withdraw completes.
 // An explicit request waiting for its partner is a stall like any other (AppendWaiting); a
@@ -40,6 +40,7 @@
 namespace dadt {
 namespace core {
 
+// DADT_WITHDRAW_SUFFIX of the C API: a withdrawal's name is the exchange's name followed by it.
 inline constexpr const char kWithdrawSuffix[] = ".__withdraw__";
 
 class PeerMatcher {

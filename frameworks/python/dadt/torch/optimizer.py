@@ -7,7 +7,7 @@ import torch
 
 from dadt.common.process_sets import global_process_set, set_id
 from dadt.common.util import Adasum, Average, Sum
-from dadt.torch.compression import WIRE_NAMES, Compression
+from dadt.torch.compression import WIRE_NAMES, Compression, PowerSGD
 from dadt.torch import training_modes
 
 __all__ = ["DistributedOptimizer"]
@@ -24,7 +24,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
                  mode="sync", model=None, bucket_bytes=None, process_set=global_process_set,
-                 knobs=None):
+                 knobs=None, graph=None):
         super(self.__class__, self).__init__(params)
 
         all_params = [v for group in self.param_groups for v in group["params"]]
@@ -67,6 +67,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         extra = {}
         if mode in training_modes.PERIODIC_MODES:
             extra = {"knobs": knobs, "compression": WIRE_NAMES.get(compression, "custom")}
+        elif mode == "gossip":
+            extra = {"graph": graph}
         self._engine = engine.create(host, all_params, model=model, bucket_bytes=bucket_bytes,
                                      groups=groups, **extra)
 
@@ -168,7 +170,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          sync_every=None, warmup_steps=None, fragments=None,
                          fragment_sync_delay=None, fragment_update_alpha=None,
                          outer_optimizer=None, moving_rate=None, asynchronous=None,
-                         hierarchical=None):
+                         hierarchical=None, graph=None):
     """
     An optimizer that wraps another torch.optim.Optimizer, using an allreduce to combine gradient
     values before applying gradients to model weights.
@@ -238,6 +240,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
               "diloco": the averaged pseudo-gradient goes through ``outer_optimizer``
               (DiLoCo; Streaming DiLoCo with ``fragments`` and ``fragment_sync_delay``).
               "easgd": elastic averaging towards a centre variable (EASGD, EAMSGD).
+              "gossip" (AD-PSGD): no collective at all while training; after each step the
+              weights are swapped with one neighbour of ``graph`` in the background and half the
+              difference added when the swap returns; ``flush()`` averages over every rank.
         model: The torch.nn.Module being trained. Required by mode="dear" (its forward
                pre-hooks apply the deferred updates); in mode="async" it sets the layer order.
         bucket_bytes: Bucket size of mode="async" and mode="dear", in bytes. Default: the fusion
@@ -266,6 +271,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         hierarchical: local_sgd: the ranks of each host average their gradients every step (sync
                       mode within the host); the weights are averaged across hosts every
                       sync_every steps.
+        graph: gossip: who a rank may exchange its weights with, one of "complete" (any rank,
+               the default), "ring", "exponential", "bipartite" (dadt.common.topology).
     """
     if mode not in training_modes.MODES:
         raise ValueError("mode must be one of %s, got %r" % (", ".join(map(repr, training_modes.MODES)),
@@ -279,10 +286,20 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("%s: option(s) of the modes that send less (%s), not of mode=%r"
                          % (", ".join(sorted(knobs)), ", ".join(training_modes.PERIODIC_MODES),
                             mode))
+    if graph is not None and mode != "gossip":
+        raise ValueError("graph= is an option of mode='gossip', not of mode=%r" % mode)
+    if mode == "gossip":
+        if graph is not None and graph not in training_modes.GOSSIP_GRAPHS:
+            raise ValueError("graph must be one of %s, got %r"
+                             % (", ".join(map(repr, training_modes.GOSSIP_GRAPHS)), graph))
+        if compression is not Compression.none:
+            raise ValueError("mode='gossip' swaps the weights themselves; compression= is not "
+                             "supported")
     if compression is Compression.int8 and mode not in training_modes.PERIODIC_MODES:
         raise ValueError("Compression.int8 is for mode='diloco' and mode='local_sgd' (their "
                          "exchanges go through an allgather); mode=%r allreduces, which cannot "
                          "sum int8" % mode)
+    PowerSGD.check_compression(compression, mode, mode in training_modes.PERIODIC_MODES)
     training_modes.ENGINES[mode].check_options(
         model=model, backward_passes_per_step=backward_passes_per_step,
         groups=groups if groups is not None else (num_groups or None))
@@ -305,7 +322,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise NotImplementedError("Adasum is not implemented in dadt; use op=Average or op=Sum")
     if op not in (Average, Sum):
         raise ValueError("DistributedOptimizer supports op=Average or op=Sum, got %r" % (op,))
-    if op != Average and mode in training_modes.PERIODIC_MODES:
+    if op != Average and (mode in training_modes.PERIODIC_MODES or mode == "gossip"):
         raise ValueError("mode=%r averages the model across ranks; op= must be Average" % mode)
 
     # A new class that inherits from the optimizer's, so that isinstance() checks keep working
@@ -315,7 +332,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
               op, gradient_predivide_factor, groups, sparse_as_dense, mode, model, bucket_bytes,
-              process_set, knobs)
+              process_set, knobs, graph)
     opt.defaults = optimizer.defaults
     opt.state.update(optimizer.state)
     return opt

@@ -99,7 +99,8 @@ def withdraw_exchange(name: str) -> None:
     for it yet (its ``synchronize()`` then returns partner -1); returns once the coordinator has
     seen it. A no-op when none is pending or it was matched already (then it completes as usual).
     """
-    synchronize(register([enqueue(OP_PEER_EXCHANGE, name, None, None, withdraw=True)]))
+    withdrawal = name + _core.WITHDRAW_SUFFIX
+    synchronize(register([enqueue(OP_PEER_EXCHANGE, withdrawal, None, None, withdraw=True)]))
 
 
 def neighbor_allgather_async(tensor: torch.Tensor, send_ranks: Sequence[int],

@@ -1,5 +1,5 @@
 """The training modes of DistributedOptimizer: sync, async (DADT), dear (DeAR), and the modes that
-send less: local_sgd, diloco and easgd (docs/training-modes.md).
+send less: local_sgd, diloco, easgd and gossip (docs/training-modes.md).
 
 Each mode is an engine (a ModeEngine, engine.py) to which the optimizer delegates every
 mode-dependent decision; an engine sees the optimizer only through an EngineHost (host.py).
@@ -16,6 +16,8 @@ mode-dependent decision; an engine sees the optimizer only through an EngineHost
     local_sgd.py      LocalSGDEngine: the weights averaged every sync_every steps
     diloco.py         DiLoCoEngine: an outer optimizer on the averaged pseudo-gradient
     easgd.py          EASGDEngine: the elastic pull towards a centre variable
+    hogwild.py        HogwildEngine: one host's ranks step one shared copy of the weights, lock-free
+    gossip.py         GossipEngine: AD-PSGD, pairwise averaging with a matched neighbour
 """
 
 from dadt.torch.training_modes.async_mode import AsyncEngine
@@ -26,6 +28,8 @@ from dadt.torch.training_modes.dear import DearEngine
 from dadt.torch.training_modes.diloco import DiLoCoEngine
 from dadt.torch.training_modes.easgd import EASGDEngine
 from dadt.torch.training_modes.engine import PENDING_KEY, PERIODIC_KEY, ModeEngine
+from dadt.torch.training_modes.gossip import GRAPHS as GOSSIP_GRAPHS, GossipEngine
+from dadt.torch.training_modes.hogwild import HogwildEngine
 from dadt.torch.training_modes.host import EngineHost
 from dadt.torch.training_modes.local_sgd import LocalSGDEngine
 from dadt.torch.training_modes.periodic import PeriodicEngine
@@ -33,13 +37,15 @@ from dadt.torch.training_modes.sync import SyncEngine
 
 # mode name -> engine class; DistributedOptimizer(mode=...) takes these names.
 ENGINES = {"sync": SyncEngine, "async": AsyncEngine, "dear": DearEngine,
-           "local_sgd": LocalSGDEngine, "diloco": DiLoCoEngine, "easgd": EASGDEngine}
+           "local_sgd": LocalSGDEngine, "diloco": DiLoCoEngine, "easgd": EASGDEngine,
+           "hogwild": HogwildEngine,
+           "gossip": GossipEngine}
 MODES = tuple(ENGINES)
 # The modes that send less: they take the knobs of dadt.common.periodic.KNOBS.
 PERIODIC_MODES = tuple(m for m, e in ENGINES.items() if issubclass(e, PeriodicEngine))
 
 __all__ = ["AsyncEngine", "Bucket", "BucketEngine", "DEFAULT_BUCKET_BYTES", "DearEngine",
-           "DiLoCoEngine", "EASGDEngine", "ENGINES", "EngineHost", "LocalSGDEngine", "MODES",
+           "DiLoCoEngine", "EASGDEngine", "ENGINES", "EngineHost", "GOSSIP_GRAPHS", "GossipEngine", "HogwildEngine", "LocalSGDEngine", "MODES",
            "ModeEngine", "PENDING_KEY", "PERIODIC_KEY", "PERIODIC_MODES", "PeriodicEngine",
            "SyncEngine",
            "default_bucket_bytes", "layer_order", "plan_buckets", "shard_rows"]
