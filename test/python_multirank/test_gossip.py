@@ -84,3 +84,50 @@ def test_a_checkpoint_holds_every_exchange_that_found_a_partner(world, nm):
     assert "state" in state and not opt._engine._pending
     opt.flush()
     assert_rows_identical(gather_rows(model.w, nm("weights")), "after flush")
+
+
+def _sgp_reference(n, steps):
+    """Every rank's z = x / w after each step of SGP with one step of overlap, simulated from
+    the rule of docs/training-modes.md: x += the optimizer's step; add what was pushed to this
+    rank at the step before; push half of (x, w) to rank + 2^(t mod log2 n)."""
+    hops = 0
+    while (1 << hops) < n:
+        hops += 1
+    x = [torch.zeros(5, dtype=torch.float64) for _ in range(n)]
+    w = [1.0] * n
+    in_flight, history = [], []
+    for t in range(steps):
+        for r in range(n):
+            x[r] = x[r] - LR * _grad(r, t)
+        for dst, xm, wm in in_flight:
+            x[dst] = x[dst] + xm
+            w[dst] += wm
+        in_flight = []
+        if n > 1:
+            for r in range(n):
+                x[r], w[r] = x[r] / 2, w[r] / 2
+                in_flight.append(((r + (1 << (t % hops))) % n, x[r].clone(), w[r]))
+        history.append([x[r] / w[r] for r in range(n)])
+    return history
+
+
+def test_sgp_follows_push_sum_step_by_step(world, nm):
+    model = _Dot()
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
+                                    named_parameters=model.named_parameters(), mode="gossip",
+                                    algorithm="sgp")
+    got = []
+    for t in range(STEPS):
+        opt.zero_grad()
+        model(_grad(world.rank, t)).backward()
+        opt.step()
+        got.append(model.w.detach().clone())
+    opt.flush()
+    rows = gather_rows(model.w, nm("weights"))
+    reference = _sgp_reference(world.size, STEPS)
+    for t in range(STEPS):
+        torch.testing.assert_close(got[t], reference[t][world.rank], rtol=0, atol=1e-12,
+                                   msg="rank %d after step %d" % (world.rank, t))
+    assert_rows_identical(rows, "after flush")
+    torch.testing.assert_close(model.w.detach(), torch.stack(reference[-1]).mean(dim=0),
+                               rtol=0, atol=1e-12)

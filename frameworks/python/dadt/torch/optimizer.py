@@ -24,7 +24,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
                  mode="sync", model=None, bucket_bytes=None, process_set=global_process_set,
-                 knobs=None, graph=None):
+                 knobs=None, gossip=(None, None)):
         super(self.__class__, self).__init__(params)
 
         all_params = [v for group in self.param_groups for v in group["params"]]
@@ -68,7 +68,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if mode in training_modes.PERIODIC_MODES:
             extra = {"knobs": knobs, "compression": WIRE_NAMES.get(compression, "custom")}
         elif mode == "gossip":
-            extra = {"graph": graph}
+            extra = {"graph": gossip[0], "algorithm": gossip[1]}
         self._engine = engine.create(host, all_params, model=model, bucket_bytes=bucket_bytes,
                                      groups=groups, **extra)
 
@@ -170,7 +170,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          sync_every=None, warmup_steps=None, fragments=None,
                          fragment_sync_delay=None, fragment_update_alpha=None,
                          outer_optimizer=None, moving_rate=None, asynchronous=None,
-                         hierarchical=None, graph=None):
+                         hierarchical=None, graph=None, algorithm=None):
     """
     An optimizer that wraps another torch.optim.Optimizer, using an allreduce to combine gradient
     values before applying gradients to model weights.
@@ -273,6 +273,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                       sync_every steps.
         graph: gossip: who a rank may exchange its weights with, one of "complete" (any rank,
                the default), "ring", "exponential", "bipartite" (dadt.common.topology).
+        algorithm: gossip: "adpsgd" (the default: AD-PSGD, pairwise averaging with whichever
+                   neighbour is free, no rank ever waits for another) or "sgp" (Stochastic
+                   Gradient Push with one step of overlap, on the exponential graph).
     """
     if mode not in training_modes.MODES:
         raise ValueError("mode must be one of %s, got %r" % (", ".join(map(repr, training_modes.MODES)),
@@ -286,9 +289,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("%s: option(s) of the modes that send less (%s), not of mode=%r"
                          % (", ".join(sorted(knobs)), ", ".join(training_modes.PERIODIC_MODES),
                             mode))
-    if graph is not None and mode != "gossip":
-        raise ValueError("graph= is an option of mode='gossip', not of mode=%r" % mode)
+    if (graph is not None or algorithm is not None) and mode != "gossip":
+        raise ValueError("%s= is an option of mode='gossip', not of mode=%r"
+                         % ("graph" if graph is not None else "algorithm", mode))
     if mode == "gossip":
+        if algorithm is not None and algorithm not in training_modes.GOSSIP_ALGORITHMS:
+            raise ValueError("algorithm must be one of %s, got %r"
+                             % (", ".join(map(repr, training_modes.GOSSIP_ALGORITHMS)), algorithm))
         if graph is not None and graph not in training_modes.GOSSIP_GRAPHS:
             raise ValueError("graph must be one of %s, got %r"
                              % (", ".join(map(repr, training_modes.GOSSIP_GRAPHS)), graph))
@@ -332,7 +339,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
               op, gradient_predivide_factor, groups, sparse_as_dense, mode, model, bucket_bytes,
-              process_set, knobs, graph)
+              process_set, knobs, (graph, algorithm))
     opt.defaults = optimizer.defaults
     opt.state.update(optimizer.state)
     return opt

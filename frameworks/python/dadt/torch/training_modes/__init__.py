@@ -17,7 +17,8 @@ mode-dependent decision; an engine sees the optimizer only through an EngineHost
     diloco.py         DiLoCoEngine: an outer optimizer on the averaged pseudo-gradient
     easgd.py          EASGDEngine: the elastic pull towards a centre variable
     hogwild.py        HogwildEngine: one host's ranks step one shared copy of the weights, lock-free
-    gossip.py         GossipEngine: AD-PSGD, pairwise averaging with a matched neighbour
+    gossip.py         GossipEngine: AD-PSGD, pairwise averaging with a matched neighbour;
+                      PushSumEngine: SGP, push-sum on the exponential graph (algorithm="sgp")
 """
 
 from dadt.torch.training_modes.async_mode import AsyncEngine
@@ -28,7 +29,8 @@ from dadt.torch.training_modes.dear import DearEngine
 from dadt.torch.training_modes.diloco import DiLoCoEngine
 from dadt.torch.training_modes.easgd import EASGDEngine
 from dadt.torch.training_modes.engine import PENDING_KEY, PERIODIC_KEY, ModeEngine
-from dadt.torch.training_modes.gossip import GRAPHS as GOSSIP_GRAPHS, GossipEngine
+from dadt.torch.training_modes.gossip import (ALGORITHMS as GOSSIP_ALGORITHMS, GRAPHS as GOSSIP_GRAPHS,
+                                              GossipEngine, PushSumEngine)
 from dadt.torch.training_modes.hogwild import HogwildEngine
 from dadt.torch.training_modes.host import EngineHost
 from dadt.torch.training_modes.local_sgd import LocalSGDEngine
@@ -45,7 +47,8 @@ MODES = tuple(ENGINES)
 PERIODIC_MODES = tuple(m for m, e in ENGINES.items() if issubclass(e, PeriodicEngine))
 
 __all__ = ["AsyncEngine", "Bucket", "BucketEngine", "DEFAULT_BUCKET_BYTES", "DearEngine",
-           "DiLoCoEngine", "EASGDEngine", "ENGINES", "EngineHost", "GOSSIP_GRAPHS", "GossipEngine", "HogwildEngine", "LocalSGDEngine", "MODES",
+           "DiLoCoEngine", "EASGDEngine", "ENGINES", "EngineHost", "GOSSIP_ALGORITHMS", "GOSSIP_GRAPHS",
+           "GossipEngine", "PushSumEngine", "HogwildEngine", "LocalSGDEngine", "MODES",
            "ModeEngine", "PENDING_KEY", "PERIODIC_KEY", "PERIODIC_MODES", "PeriodicEngine",
            "SyncEngine",
            "default_bucket_bytes", "layer_order", "plan_buckets", "shard_rows"]
