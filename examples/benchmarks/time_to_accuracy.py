@@ -26,14 +26,17 @@ Contenders (each in its own launch, `dadtrun --gloo`; the torch ones use the tor
 dadtrun exports, MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, to init_process_group("gloo")):
   ddp               DistributedDataParallel, default bucket_cap_mb (25)
   ddp-fp16          DDP + fp16_compress_hook
-  ddp-powersgd      DDP + powerSGD_hook, PowerSGDState(matrix_approximation_rank=4), torch's
+  ddp-powersgd      DDP + powerSGD_hook, PowerSGDState(matrix_approximation_rank=R), torch's
                     defaults otherwise (start_powerSGD_iter 1000: plain allreduce before it;
-                    --powersgd-start-iter changes it)
+                    --powersgd-start-iter changes it; R: --powersgd-rank, default 4)
   post-local-sgd    DDP + post_localSGD_hook (PostLocalSGDState, per-host subgroups) and
                     PostLocalSGDOptimizer(PeriodicModelAverager(period=H, warmup_steps=W))
   torchft-localsgd  torchft.local_sgd.LocalSGD(sync_every=H)   } one torchft replica group per
   torchft-diloco    torchft.local_sgd.DiLoCo(sync_every=H)     } rank, a Lighthouse on rank 0
   sync, async, dear dadt.torch.DistributedOptimizer(mode=...)
+  sync-powersgd     mode="sync", compression=Compression.powersgd(rank=R, start_iter=S): the same
+                    rank R and start S as ddp-powersgd, the same defaults otherwise (error feedback,
+                    warm start, min_compression_rate 2); P and Q allreduces pipelined with backward
   local_sgd         mode="local_sgd", sync_every=H, warmup_steps=0
   local_sgd-streaming  the same with fragments=4, fragment_sync_delay=1 (each rank keeps the step
                     it took while a fragment's average travelled)
@@ -43,6 +46,9 @@ dadtrun exports, MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, to init_process_group(
   diloco-int8       streaming, and the pseudo-gradient as int8 (Compression.int8, error feedback)
   easgd             mode="easgd", sync_every=H
   easgd-async       mode="easgd", sync_every=H, asynchronous=True
+  gossip            mode="gossip" (AD-PSGD: each step's weights swapped in the background with
+                    whichever rank is free, half the difference added when the swap returns)
+  gossip-sgp        mode="gossip", algorithm="sgp" (push-sum on the exponential graph)
 torchft's DiLoCo uses the same outer optimizer as dadt's.
 
 Measurement. Every launch trains the same sample budget (--samples windows over all ranks).
@@ -59,7 +65,7 @@ and torchft's two; rank 0's local model for async (one step stale), easgd, the s
 post-local SGD (its averager runs after steps 1, H+1, ...).
 
 --overrun K lets the periodic contenders (post-local SGD, torchft's two, dadt's modes that send
-less) train K times the budget: cheaper per step but behind at equal samples, they may still reach
+less) and the two PowerSGD ones train K times the budget: cheaper per step but behind at equal samples, they may still reach
 DDP's final loss sooner; their loss at equal samples and their wall time at the budget are read at
 the budget's evaluation point.
 
@@ -95,13 +101,14 @@ sys.path.insert(0, HERE)
 CONTENDERS = {
     "ddp": ("torch", "DDP, gloo, bucket_cap_mb 25"),
     "ddp-fp16": ("torch", "DDP + fp16_compress_hook"),
-    "ddp-powersgd": ("torch", "DDP + powerSGD_hook, rank 4"),
+    "ddp-powersgd": ("torch", "DDP + powerSGD_hook, rank R"),
     "post-local-sgd": ("torch", "DDP + post_localSGD_hook, PeriodicModelAverager(H)"),
     "torchft-localsgd": ("torchft", "torchft 0.2.0 LocalSGD(H)"),
     "torchft-diloco": ("torchft", "torchft 0.2.0 DiLoCo(H)"),
     "sync": ("dadt", "mode=sync"),
     "async": ("dadt", "mode=async"),
     "dear": ("dadt", "mode=dear"),
+    "sync-powersgd": ("dadt", "mode=sync, Compression.powersgd(rank R)"),
     "local_sgd": ("dadt", "mode=local_sgd(H)"),
     "local_sgd-streaming": ("dadt", "mode=local_sgd(H), fragments 4, delay 1"),
     "local_sgd-int8": ("dadt", "mode=local_sgd(H), fragments 4, delay 1, Compression.int8"),
@@ -110,11 +117,16 @@ CONTENDERS = {
     "diloco-int8": ("dadt", "mode=diloco(H), fragments 4, delay 1, Compression.int8"),
     "easgd": ("dadt", "mode=easgd(H)"),
     "easgd-async": ("dadt", "mode=easgd(H), asynchronous"),
+    "gossip": ("dadt", "mode=gossip (AD-PSGD), graph complete"),
+    "gossip-sgp": ("dadt", "mode=gossip, algorithm sgp"),
 }
-REFERENCES = ("ddp", "torchft-diloco", "post-local-sgd")  # the ratio columns
+REFERENCES = ("ddp", "torchft-diloco", "post-local-sgd", "ddp-powersgd")  # the ratio columns (those run)
 PERIODIC = ("post-local-sgd", "torchft-localsgd", "torchft-diloco", "local_sgd",
             "local_sgd-streaming", "local_sgd-int8", "diloco",
             "diloco-streaming", "diloco-int8", "easgd", "easgd-async")
+POWERSGD = ("ddp-powersgd", "sync-powersgd")
+# Trained --overrun times the budget: cheaper per step than DDP, behind it at equal samples.
+OVERRUN = PERIODIC + POWERSGD
 STREAMING = ("local_sgd-streaming", "local_sgd-int8", "diloco-streaming", "diloco-int8")
 VOCAB = 256
 SKIP_DIRS = ("site-packages", "dist-packages", "__pycache__")
@@ -146,7 +158,10 @@ def parse_args(argv=None):
     p.add_argument("--post-local-warmup", type=int, default=0,
                    help="post-local SGD's DDP steps before local SGD (start_localSGD_iter = warmup_steps)")
     p.add_argument("--powersgd-start-iter", type=int, default=None,
-                   help="PowerSGDState's start_powerSGD_iter (default: torch's, 1000)")
+                   help="PowerSGD's plain steps first: start_powerSGD_iter, dadt's start_iter "
+                        "(default: torch's, 1000)")
+    p.add_argument("--powersgd-rank", type=int, default=4,
+                   help="PowerSGD's rank of ddp-powersgd and sync-powersgd (default 4)")
     p.add_argument("--outer-lr", type=float, default=0.7, help="DiLoCo's outer SGD learning rate (default 0.7)")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate of every contender (default 1e-3)")
     p.add_argument("--lrs-from", metavar="FILE", help="per-contender learning rates from a --tune run's JSON")
@@ -276,10 +291,13 @@ def computed_bytes(name, params, shapes, n, steps, args):
         return full
     if name == "ddp-fp16":
         return full / 2
-    if name == "ddp-powersgd":
+    if name in POWERSGD:  # dadt compresses the same matrices as torch
         start = 1000 if args.powersgd_start_iter is None else args.powersgd_start_iter
         plain = min(steps, start)
-        return (plain * full + (steps - plain) * 4.0 * powersgd_payload(shapes) * ring(n)) / steps
+        rank = getattr(args, "powersgd_rank", 4)
+        return (plain * full + (steps - plain) * 4.0 * powersgd_payload(shapes, rank) * ring(n)) / steps
+    if name.startswith("gossip"):
+        return 4.0 * params  # at most one swap (or push) of the weights per step
     if name == "post-local-sgd":
         warm = min(steps, args.post_local_warmup)
         per_host = max(1, args.np // max(1, len(args.hosts.split(",")) if args.hosts else 1))
@@ -364,7 +382,8 @@ def torch_family(torch, args, model, inner):
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     elif kind == "ddp-powersgd":
         kw = {} if args.powersgd_start_iter is None else {"start_powerSGD_iter": args.powersgd_start_iter}
-        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=4, **kw)
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                            **kw)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     elif kind == "post-local-sgd":
         from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
@@ -456,6 +475,10 @@ def dadt_family(torch, args, model, inner):
     named = model.named_parameters()
     if kind in ("sync", "async", "dear"):
         opt = dadt.DistributedOptimizer(inner, named_parameters=named, mode=kind, model=model)
+    elif kind == "sync-powersgd":
+        start = 1000 if args.powersgd_start_iter is None else args.powersgd_start_iter
+        opt = dadt.DistributedOptimizer(inner, named_parameters=named, compression=dadt.Compression.powersgd(
+            rank=args.powersgd_rank, start_iter=start))
     elif kind.startswith(("local_sgd", "diloco")):
         streaming = kind in STREAMING
         mode = "local_sgd" if kind.startswith("local_sgd") else "diloco"
@@ -468,6 +491,9 @@ def dadt_family(torch, args, model, inner):
                                         fragment_sync_delay=1 if streaming else 0,
                                         compression=dadt.Compression.int8 if kind.endswith("-int8")
                                         else dadt.Compression.none, **extra)
+    elif kind.startswith("gossip"):
+        opt = dadt.DistributedOptimizer(inner, named_parameters=named, mode="gossip",
+                                        algorithm="sgp" if kind == "gossip-sgp" else None)
     else:
         opt = dadt.DistributedOptimizer(inner, named_parameters=named, mode="easgd", sync_every=H,
                                         asynchronous=kind == "easgd-async")
@@ -573,7 +599,8 @@ def worker_command(args, name, lr, steps, eval_every):
     hosts += ["--network-interface", args.network_interface] if args.network_interface else []
     tail = ["--worker", name, "--lr", repr(lr), "--steps", str(steps), "--eval-every", str(eval_every)]
     for key in ("batch", "context", "d_model", "layers", "heads", "d_ff", "sync_every", "post_local_warmup",
-                "outer_lr", "val_fraction", "val_windows", "seed", "launch_timeout", "powersgd_start_iter"):
+                "outer_lr", "val_fraction", "val_windows", "seed", "launch_timeout", "powersgd_start_iter",
+                "powersgd_rank"):
         value = getattr(args, key)
         if value is not None:
             tail += ["--" + key.replace("_", "-"), str(value)]
@@ -785,29 +812,32 @@ def report(args, saved):
                   a["context"], a["layers"], a["d_model"], first["params"] / 1e6, first["params"] * 4 / 1e6,
                   a["batch"], first["steps"], first["samples"], saved.get("eval_every", 0), a["sync_every"]))
     if a.get("overrun", 1.0) != 1.0:
+        longer = saved.get("overrun_contenders", PERIODIC)  # a run saved before PowerSGD's rows: PERIODIC
         print("the periodic contenders (%s) trained %gx the budget; their final loss and wall are read at the "
-              "budget" % (", ".join(n for n in names if n in PERIODIC), a["overrun"]))
+              "budget" % (", ".join(n for n in names if n in longer), a["overrun"]))
+    refs = [ref for ref in REFERENCES if ref in names]  # a ratio column per reference that ran
     tol = getattr(args, "target_tolerance", 0.0)
     if not targets:
         print("no target: no DDP launch finished")
     for k, (frac, loss) in enumerate(targets):
         print("\ntarget %s: %.4f + %g (DDP's validation loss, nats per byte, %s, median over rounds)\n" % (
             "ABCDEFGH"[k], loss, tol, "at the whole budget" if frac == 1 else "after %g of the budget" % frac))
-        head = "| contender | lr | time to target %s, s (median) | min .. max | vs ddp | vs torchft-diloco | " \
-               "vs post-local-sgd |" % "ABCDEFGH"[k]
+        head = "| contender | lr | time to target %s, s (median) | min .. max | %s" % (
+            "ABCDEFGH"[k], "".join("vs %s | " % ref for ref in refs))
+        tail = 4 if k == 0 else 0  # final loss, its min .. max, wall at budget, MB/rank/step
         if k == 0:
-            print(head + " final val loss (median) | min .. max | wall at budget, s | MB/rank/step |")
-            print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+            print(head + "final val loss (median) | min .. max | wall at budget, s | MB/rank/step |")
         else:
-            print(head + "\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+            print(head.rstrip())
+        print("| --- |" + " ---: |" * (3 + len(refs) + tail))
         for name in names:
             row = rows[name]
             if not row["runs"]:
                 why = row["errors"][0] if row["errors"] else "not run"
-                print("| %s | n/a (%s) |%s" % (name, why.replace("|", "/")[:160], " |" * (9 if k == 0 else 5)))
+                print("| %s | n/a (%s) |%s" % (name, why.replace("|", "/")[:160], " |" * (2 + len(refs) + tail)))
                 continue
             ttt, rng = time_cells(row, k)
-            cells = [name, "%g" % row["lr"], ttt, rng] + [ratio_cell(row["vs_" + ref][k]) for ref in REFERENCES]
+            cells = [name, "%g" % row["lr"], ttt, rng] + [ratio_cell(row["vs_" + ref][k]) for ref in refs]
             if k == 0:
                 mb, how = row["bytes"]
                 cells += ["%.4f" % statistics.median(row["final"]), spread(row["final"], "%.4f"),
@@ -828,8 +858,9 @@ def report(args, saved):
           "'computed' is model bytes x fraction x frequency x 2(n-1)/n (ring allreduce).\n"
           "Learning rates (AdamW; DiLoCo's outer SGD lr %g, Nesterov 0.9): %s.%s" % (
               saved.get("eval_every", 0), a["outer_lr"], lrs,
-              "" if a.get("powersgd_start_iter") is None else
-              " PowerSGD compresses from step %d (start_powerSGD_iter)." % a["powersgd_start_iter"]))
+              "" if not set(POWERSGD) & set(names) else
+              " PowerSGD (rank %d) compresses from step %d (start_powerSGD_iter, start_iter)." % (
+                  a.get("powersgd_rank", 4), 1000 if a.get("powersgd_start_iter") is None else a["powersgd_start_iter"])))
 
 
 def plot(args, saved):
@@ -906,6 +937,7 @@ def driver(args):
         lrs = tune(args, saved)
         print_tuning(saved["tuning"], lrs)
     saved["budget_samples"] = steps * args.batch * args.np
+    saved["overrun_contenders"] = [n for n in args.names if n in OVERRUN]
     longer = eval_every * max(1, math.ceil(steps * args.overrun / eval_every))
     for r in range(args.rounds):
         order = args.names[r % len(args.names):] + args.names[:r % len(args.names)]
@@ -913,7 +945,7 @@ def driver(args):
         saved["runs"].append({})
         for name in order:
             saved["runs"][-1][name] = launch(args, name, lrs.get(name, args.lr),
-                                             longer if name in PERIODIC else steps, eval_every)
+                                             longer if name in OVERRUN else steps, eval_every)
             save(args, saved)
     report(args, saved)
     if args.plot and saved["runs"]:
