@@ -70,3 +70,31 @@ def test_a_partner_that_dies_is_an_error_not_a_hang(job, when):
             if line.startswith("ERROR "):
                 assert re.search(r"\brank 1\b", line), line
     assert leftovers == [], leftovers
+
+
+# A send, a receive, a neighbor allgather and a matched exchange, with the timeline on.
+POINT_TO_POINT = """
+import torch
+import dadt.torch as dadt
+from dadt.common import topology
+dadt.init()
+r, n = dadt.rank(), dadt.size()
+if r == 0:
+    dadt.send(torch.ones(3), 1, name="weights")
+else:
+    dadt.recv(torch.zeros(3), 0, name="weights")
+dadt.neighbor_allgather(torch.ones(2), *topology.ring_graph(r, n), name="ring")
+dadt.synchronize(dadt.exchange_async(torch.ones(4), topology.complete(r, n), name="swap"))
+dadt.barrier()
+"""
+
+
+def test_point_to_point_has_timeline_rows_and_phases(job, tmp_path):
+    from test_timeline import load_rows
+    timeline = tmp_path / "p2p.json"
+    proc, _ = job.run(POINT_TO_POINT, np=2, flags=("--timeline-filename", str(timeline)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows, _ = load_rows(timeline)
+    for row in ("peer_exchange.weights", "peer_exchange.swap"):
+        assert {"NEGOTIATE_PEER_EXCHANGE", "PEER_EXCHANGE", "GLOO_PEER_EXCHANGE"} <= rows[row], rows[row]
+    assert {"NEIGHBOR_ALLGATHER", "GLOO_NEIGHBOR_ALLGATHER"} <= rows["neighbor_allgather.ring"]
