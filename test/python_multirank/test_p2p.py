@@ -109,3 +109,26 @@ def test_bad_point_to_point_arguments_are_refused_at_once(world, nm):
         dadt.recv(torch.ones(1), world.size + 3, name=nm("far"))
     with pytest.raises(ValueError, match="peers is empty"):
         dadt.exchange_async(torch.ones(1), [], name=nm("empty"))
+
+
+def test_numpy_point_to_point_for_tensorflow_and_jax(world, nm, require_two_ranks):
+    """dadt.common.array_ops, the layer under dadt.tensorflow and dadt.jax: the same operations on
+    NumPy arrays."""
+    import numpy as np
+    from dadt.common import array_ops
+    right, left = (world.rank + 1) % world.size, (world.rank - 1) % world.size
+    mine = np.full((2, 2), world.rank, dtype=np.int32)
+    sent = array_ops.send_async(mine, right, name=nm("%d" % world.rank))
+    got = array_ops.synchronize(array_ops.recv_async(mine, left, name=nm("%d" % left)))
+    array_ops.synchronize(sent)
+    ring = array_ops.neighbor_allgather(np.float32(world.rank), *topology.ring_graph(world.rank, world.size),
+                                        name=nm("ring"))
+    h = array_ops.exchange_async(np.arange(3.0) + world.rank, topology.complete(world.rank, world.size),
+                                 name=nm("swap"))
+    array_ops.barrier()
+    array_ops.withdraw_exchange(nm("swap"))
+    out, partner = array_ops.synchronize(h)
+    assert got.tolist() == [[left, left], [left, left]]
+    assert ring.tolist() == [float(left)]
+    if partner >= 0:
+        assert out.tolist() == (np.arange(3.0) + partner).tolist()

@@ -24,10 +24,10 @@ from dadt.common.exceptions import DadtInternalError
 from dadt.common import in_flight
 from dadt.common.in_flight import InFlightNames
 from dadt.common.process_sets import enqueue_kwargs, set_id
-from dadt.common.util import collective_name
+from dadt.common.util import collective_name, message_name
 from dadt.common.util import (NOT_INITIALIZED, OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL,
-                              OP_BARRIER, OP_BROADCAST, OP_JOIN, OP_REDUCESCATTER, Average, Max,
-                              Min, Product, Sum)
+                              OP_BARRIER, OP_BROADCAST, OP_JOIN, OP_NEIGHBOR_ALLGATHER,
+                              OP_PEER_EXCHANGE, OP_REDUCESCATTER, Average, Max, Min, Product, Sum)
 
 _OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
 
@@ -94,10 +94,11 @@ def _submit(op_type: int, name: str, array: Optional[np.ndarray], output: Option
     elif output is not None:
         sink, held = dlpack.to_capsule(output, writable=True)
         keep.append(held)
+    point_to_point = {k: desc[k] for k in ("send_ranks", "recv_ranks", "withdraw") if k in desc}
     handle = call(_core.enqueue, op_type, name, source, sink, int(desc.get("reduce_op", Average)),
                   float(desc.get("prescale", 1.0)), float(desc.get("postscale", 1.0)),
                   int(desc.get("root_rank", 0)), desc.get("splits"), desc.get("group_id", -1),
-                  desc.get("group_size", 0), **set_kwargs)
+                  desc.get("group_size", 0), **set_kwargs, **point_to_point)
     _in_flight.add(name_key, handle)
     keep.append(source)
     keep.append(sink)
@@ -270,6 +271,79 @@ def reducescatter_async(value: Any, name: Optional[str] = None, op: int = Averag
                      prescale=prescale_factor, postscale=postscale_factor,
                      process_set=process_set)
     return _track([handle], [name], keep, lambda hs: _take(hs[0]), process_set)
+
+
+# ----------------------------------------------------------------------------------------------
+# Point to point (dadt.torch.p2p has the same on torch tensors; docs/api.md, "Point to point and
+# gossip"). Graphs: dadt.common.topology.
+# ----------------------------------------------------------------------------------------------
+
+def send_async(value: Any, dst: int, name: Optional[str] = None) -> int:
+    """Sends ``value`` to rank ``dst``; synchronize() returns None once it is handed over."""
+    array = as_array(value, name or "send")
+    name = name if name is not None else message_name(_core.rank(), int(dst))
+    keep: List[Any] = []
+    h = _submit(OP_PEER_EXCHANGE, name, array, None, keep, send_ranks=[int(dst)])
+    return _track([h], [name], keep, lambda hs: None)
+
+
+def recv_async(like: Any, src: int, name: Optional[str] = None) -> int:
+    """Receives from rank ``src`` an array of ``like``'s dtype and shape; synchronize() returns it."""
+    out = np.empty_like(as_array(like, name or "recv"))
+    name = name if name is not None else message_name(int(src), _core.rank())
+    keep: List[Any] = []
+    h = _submit(OP_PEER_EXCHANGE, name, out, out, keep, recv_ranks=[int(src)])
+    return _track([h], [name], keep, lambda hs: out)
+
+
+def exchange_async(value: Any, peers: Sequence[int], name: str) -> int:
+    """Swaps ``value`` with one rank of ``peers`` (the coordinator's match); synchronize()
+    returns (the partner's array, its rank), or (an unfilled array, -1) when withdrawn."""
+    array = as_array(value, name)
+    peers = [int(p) for p in peers]
+    if not peers:
+        raise ValueError("exchange_async of %r: peers is empty; name at least one rank" % name)
+    out = np.empty_like(array)
+    keep: List[Any] = []
+    h = _submit(OP_PEER_EXCHANGE, name, array, out, keep, send_ranks=peers, recv_ranks=peers)
+    return _track([h], [name], keep, lambda hs: (out, int(_core.int_result(hs[0]))))
+
+
+def withdraw_exchange(name: str) -> None:
+    """Withdraws this rank's pending exchange_async of ``name`` if it has no partner yet."""
+    withdrawal = name + _core.WITHDRAW_SUFFIX
+    keep: List[Any] = []
+    h = _submit(OP_PEER_EXCHANGE, withdrawal, None, None, keep, withdraw=True)
+    synchronize(_track([h], [withdrawal], keep, lambda hs: None))
+
+
+def neighbor_allgather_async(value: Any, send_ranks: Sequence[int], recv_ranks: Sequence[int],
+                             name: Optional[str] = None) -> int:
+    """Every rank sends ``value`` to ``send_ranks`` and gets ``recv_ranks``' arrays back,
+    concatenated on the first dimension in that order (a collective over a graph every rank must
+    agree on)."""
+    name = make_name("neighbor_allgather", name)
+    array = as_array(value, name)
+    rows = array.reshape((1,) + array.shape) if array.ndim == 0 else array
+    recv_ranks = [int(r) for r in recv_ranks]
+    out = np.empty((len(recv_ranks) * rows.shape[0],) + rows.shape[1:], dtype=array.dtype)
+    keep: List[Any] = [rows]
+    h = _submit(OP_NEIGHBOR_ALLGATHER, name, np.ascontiguousarray(rows), out, keep,
+                send_ranks=[int(r) for r in send_ranks], recv_ranks=recv_ranks)
+    return _track([h], [name], keep, lambda hs: out)
+
+
+def send(value: Any, dst: int, name: Optional[str] = None) -> None:
+    synchronize(send_async(value, dst, name))
+
+
+def recv(like: Any, src: int, name: Optional[str] = None) -> np.ndarray:
+    return synchronize(recv_async(like, src, name))
+
+
+def neighbor_allgather(value: Any, send_ranks: Sequence[int], recv_ranks: Sequence[int],
+                       name: Optional[str] = None) -> np.ndarray:
+    return synchronize(neighbor_allgather_async(value, send_ranks, recv_ranks, name))
 
 
 def pending_handle(name: str) -> Optional[int]:

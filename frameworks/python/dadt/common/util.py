@@ -62,6 +62,14 @@ def collective_name(op: str, name: Optional[str], process_set: Any = None) -> st
     return name
 
 
+def message_name(src: int, dst: int) -> str:
+    """The name of the next unnamed point-to-point message from ``src`` to ``dst``: the n-th unnamed
+    send from src to dst is the n-th unnamed receive at dst from src, as in torch.distributed and
+    MPI (messages between two ranks do not overtake). The counters start over with the other
+    generated names at each incarnation."""
+    return "p2p.%d->%d.%d" % (src, dst, next(_name_counters[("p2p", src, dst)]))
+
+
 def handle_average_backwards_compatibility(op: Optional[int], average: Optional[bool]) -> int:
     """Resolves Horovod's deprecated ``average=`` bool against ``op=`` (default: Average)."""
     if op is not None:

@@ -10,33 +10,25 @@ its partner only, never for the other ranks. CPU tensors (or GPU tensors staged 
 memory) of the global process set.
 """
 
+import operator
 from typing import List, Optional, Sequence
 
 import torch
 
 from dadt.common.basics import _core
-from dadt.common.util import OP_NEIGHBOR_ALLGATHER, OP_PEER_EXCHANGE, _name_counters
+from dadt.common.util import OP_NEIGHBOR_ALLGATHER, OP_PEER_EXCHANGE, message_name
 from dadt.torch.handles import auto_name, check_tensor, enqueue, register, synchronize
 
 __all__ = ["send", "recv", "isend", "irecv", "exchange_async", "withdraw_exchange",
            "neighbor_allgather", "neighbor_allgather_async"]
 
 
-
-def _message_name(src: int, dst: int) -> str:
-    # The n-th unnamed send from src to dst is the n-th unnamed receive at dst from src, as in
-    # torch.distributed and MPI (messages between two ranks do not overtake). The counters start
-    # over with every incarnation, with the other generated names (dadt.common.util).
-    return "p2p.%d->%d.%d" % (src, dst, next(_name_counters[("p2p", src, dst)]))
-
-
 def _ranks(ranks, what: str) -> List[int]:
-    if isinstance(ranks, int):
-        ranks = [ranks]
-    out = [int(r) for r in ranks]
-    if any(isinstance(r, bool) for r in ranks):
+    """A rank or ranks as a list of ints (anything with __index__, not bool)."""
+    items = [ranks] if hasattr(ranks, "__index__") else list(ranks)
+    if any(isinstance(r, bool) or not hasattr(r, "__index__") for r in items):
         raise TypeError("%s must be ranks (ints), got %r" % (what, ranks))
-    return out
+    return [operator.index(r) for r in items]
 
 
 def isend(tensor: torch.Tensor, dst: int, name: Optional[str] = None) -> int:
@@ -46,7 +38,7 @@ def isend(tensor: torch.Tensor, dst: int, name: Optional[str] = None) -> int:
     check_tensor(tensor, name or "send")
     (dst,) = _ranks(dst, "dst")
     if name is None:
-        name = _message_name(_core.rank(), dst)
+        name = message_name(_core.rank(), dst)
     return register([enqueue(OP_PEER_EXCHANGE, name, tensor, None, send_ranks=[dst])])
 
 
@@ -56,7 +48,7 @@ def irecv(tensor: torch.Tensor, src: int, name: Optional[str] = None) -> int:
     check_tensor(tensor, name or "recv")
     (src,) = _ranks(src, "src")
     if name is None:
-        name = _message_name(src, _core.rank())
+        name = message_name(src, _core.rank())
     return register([enqueue(OP_PEER_EXCHANGE, name, tensor, tensor, recv_ranks=[src])], tensor)
 
 
