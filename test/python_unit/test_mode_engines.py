@@ -38,6 +38,7 @@ class _Host:
         self.base_steps = 0
 
     process_set = None  # the global set
+    compression = dadt.Compression.none
 
     def reducing_ranks(self):
         return dadt.size()
@@ -87,7 +88,7 @@ def _weights(model):
 
 
 def test_every_mode_has_an_engine_that_implements_the_interface():
-    assert MODES == ("sync", "async", "dear", "local_sgd", "diloco", "easgd")
+    assert MODES == ("sync", "async", "dear", "local_sgd", "diloco", "easgd", "hogwild", "gossip")
     assert tuple(ENGINES) == MODES
     for mode, cls in ENGINES.items():
         assert issubclass(cls, ModeEngine) and cls.name == mode

@@ -104,6 +104,20 @@ def test_computed_bytes():
     # PowerSGD rank 4 on a 100 x 100 matrix sends P and Q (4 x 200), a vector goes whole.
     assert tta.powersgd_payload([[100, 100], [100]]) == 800 + 100
     assert tta.powersgd_payload([[4, 4]]) == 16  # compression would not pay
+    # dadt's PowerSGD row sends what torch's does: 10 plain steps, then rank 2's P and Q (2 x 200)
+    psgd = tta.parse_args(["--powersgd-rank", "2", "--powersgd-start-iter", "10"])
+    shapes = [[100, 100], [100]]
+    expected = (10 * 4 * 10100 + 90 * 4 * (400 + 100)) / 100
+    for name in ("ddp-powersgd", "sync-powersgd"):
+        assert tta.computed_bytes(name, 10100, shapes, 2, 100, psgd) == pytest.approx(expected)
+
+
+def test_powersgd_rows_share_their_rank_and_train_the_overrun():
+    args = tta.parse_args(["--contenders", "ddp,ddp-powersgd,sync-powersgd"])
+    assert args.powersgd_rank == 4 and args.powersgd_start_iter is None  # torch's start: 1000
+    assert tta.parse_args(["--powersgd-rank", "2"]).powersgd_rank == 2
+    assert tta.CONTENDERS["sync-powersgd"][0] == "dadt"
+    assert {"ddp-powersgd", "sync-powersgd"} <= set(tta.OVERRUN)
 
 
 def _result(name, points, final, params=1000, sent=None):
@@ -175,3 +189,22 @@ def test_chosen_learning_rates_skip_failed_trials():
               "diloco": [{"lr": 1e-3, "final_loss": None, "error": "x"}, {"lr": 2e-3, "final_loss": 2.9}],
               "async": [{"lr": 1e-3, "final_loss": None, "error": "x"}]}
     assert tta.chosen_lrs(trials) == {"ddp": 2e-3, "diloco": 2e-3}
+
+
+def test_the_powersgd_rows_get_a_ratio_to_torchs(tmp_path):
+    """A run with ddp-powersgd gets a 'vs ddp-powersgd' column; one without (above) does not."""
+    args = vars(tta.parse_args(["--contenders", "ddp,ddp-powersgd,sync-powersgd", "--rounds", "1"]))
+    runs = [{"ddp": _result("ddp", _pts((0, 5.0), (100, 3.0), (200, 2.0)), 2.0),
+             "ddp-powersgd": _result("ddp-powersgd", _pts((0, 5.0), (60, 3.0), (120, 2.0)), 2.0),
+             "sync-powersgd": _result("sync-powersgd", _pts((0, 5.0), (40, 3.0), (80, 2.0)), 2.0)}]
+    path = tmp_path / "psgd.json"
+    path.write_text(json.dumps({"args": args, "runs": runs, "eval_every": 20}))
+    out = subprocess.run([sys.executable, os.path.join(BENCH, "time_to_accuracy.py"), "--from-json", str(path),
+                          "--target-tolerance", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120).stdout
+    assert "| vs ddp | vs ddp-powersgd | final val loss" in out and "vs torchft-diloco" not in out
+    rows = _rows(out)
+    # columns: lr, time to target, min..max, vs ddp, vs ddp-powersgd, final, ...
+    assert rows["sync-powersgd"][1] == "80.0" and rows["sync-powersgd"][4] == "0.67x (0.67 .. 0.67)"
+    assert rows["ddp-powersgd"][4].startswith("1.00x")
+    assert "PowerSGD (rank 4) compresses from step 1000" in out

@@ -7,6 +7,7 @@ mode-dependent decision; an engine sees the optimizer only through an EngineHost
     engine.py         ModeEngine, the interface the optimizer calls; PENDING_KEY
     host.py           EngineHost, what an engine may ask of the optimizer
     sync.py           SyncEngine: Horovod's per-gradient allreduce, applied by this step
+    powersgd.py       PowerSGDReducer: sync mode's low-rank gradients (Compression.powersgd)
     bucket_engine.py  BucketEngine: the buckets and gradient hooks async and dear share
     async_mode.py     AsyncEngine: step t applies step t-1's average
     dear.py           DearEngine: reduce-scatter in backward, all-gather before the next forward

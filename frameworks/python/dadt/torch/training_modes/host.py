@@ -87,6 +87,12 @@ class EngineHost:
             return Sum, 1.0 / f, f / set_size(self._process_set)
         return op, 1.0, 1.0
 
+    @property
+    def compression(self):
+        """The ``compression=`` the optimizer was given: an engine that runs a compression of its
+        own (sync with Compression.powersgd) reads its settings here."""
+        return self._compression
+
     # -- acting ----------------------------------------------------------------------------------
     def compress(self, tensor: torch.Tensor):
         """(compressed tensor, ctx): the optimizer's compression of a tensor to be reduced."""

@@ -5,7 +5,9 @@ writes the averages into ``p.grad`` and runs the wrapped optimizer.
 Options only this mode takes: backward_passes_per_step > 1 (a parameter's allreduce starts at its
 last accumulated backward pass), groups (the members of a group go as one grouped allreduce once
 all have their gradient), sparse gradients (allgathered as indices and values, or reduced dense
-with sparse_as_dense), step(closure) and skip_synchronize().
+with sparse_as_dense), step(closure) and skip_synchronize(). With compression=
+Compression.powersgd(...), the gradients it compresses go as PowerSGD's two allreduces, pipelined
+with backward (powersgd.py); the others as plain allreduces.
 """
 
 import os
@@ -18,7 +20,9 @@ from dadt.common.util import Average, split_list
 from dadt.torch.functions import broadcast_object
 from dadt.torch.handles import poll, synchronize
 from dadt.torch.async_collectives import allgather_async, allreduce_async_, grouped_allreduce_async_
+from dadt.torch.compression import PowerSGD
 from dadt.torch.training_modes.engine import ModeEngine, warn_dropped_pending
+from dadt.torch.training_modes.powersgd import PowerSGDReducer
 
 
 class SyncEngine(ModeEngine):
@@ -41,6 +45,12 @@ class SyncEngine(ModeEngine):
         self._groups = groups
         self._p_to_group = {}
         self._group_counts = {}
+        self._powersgd = None
+        if isinstance(host.compression, PowerSGD):
+            if groups is not None:
+                raise ValueError("groups= reduces its members as one grouped allreduce, which "
+                                 "Compression.powersgd (one P and one Q per matrix) cannot take")
+            self._powersgd = PowerSGDReducer(host.compression, host, params)
         # A rank outside the optimizer's process set, or a set of one, trains alone: no hooks.
         if host.reducing_ranks() > 1:
             self._register_hooks()
@@ -153,6 +163,14 @@ class SyncEngine(ModeEngine):
         self._handles = {}
         self._synchronized = False
         self.set_backward_passes_per_step(self._host.backward_passes_per_step)
+        self.reset()
+
+    def reset(self):
+        """PowerSGD's state is not in checkpoints: after a loaded state dict or an elastic reset,
+        every rank starts it over alike (start_iter plain reductions, Q0 from the seed, no error
+        feedback), so that all ranks compress the same parameters at the same step."""
+        if self._powersgd is not None:
+            self._powersgd.reset()
 
     def remove_hooks(self):
         for h in self._hook_handles:
@@ -197,6 +215,8 @@ class SyncEngine(ModeEngine):
 
     def _make_hook(self, p):
         def hook(*ignore):
+            if self._powersgd is not None:
+                self._powersgd.start_ready_qs()  # the earlier layers' Q's, once their P is in
             if p in self._handles and self._handles[p][0] is not None:
                 if self._allreduce_delay[p] <= 0:
                     raise AssertionError(
@@ -236,7 +256,11 @@ class SyncEngine(ModeEngine):
             if not self._host.sparse_as_dense:
                 return self._sparse_allreduce_grad_async(p)
             tensor = tensor.to_dense()
-        tensor_compressed, ctx = self._host.compress(tensor)
+        if self._powersgd is not None:
+            finish = self._powersgd.submit(p, tensor)
+            if finish is not None:
+                return finish, None
+        tensor_compressed, ctx = self._compress(tensor)
         op, prescale, postscale = self._host.reduction()
         handle = allreduce_async_(tensor_compressed.contiguous(), name=self._grad_name(p), op=op,
                                   prescale_factor=prescale, postscale_factor=postscale,
@@ -266,7 +290,7 @@ class SyncEngine(ModeEngine):
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         dense = [p.grad.to_dense() if p.grad.is_sparse else p.grad for p in ps]
-        compressed, ctxs = zip(*[self._host.compress(t) for t in dense])
+        compressed, ctxs = zip(*[self._compress(t) for t in dense])
         op, prescale, postscale = self._host.reduction()
         handle = grouped_allreduce_async_([t.contiguous() for t in compressed],
                                           name="grad.group." + self._host.name_of(ps[0]),
@@ -275,8 +299,14 @@ class SyncEngine(ModeEngine):
                                           process_set=self._host.process_set)
         return handle, ctxs
 
+    def _compress(self, tensor):
+        """The optimizer's compression; with PowerSGD, what it leaves uncompressed goes whole."""
+        if self._powersgd is not None:
+            return tensor, None
+        return self._host.compress(tensor)
+
     def _set_grad(self, p, output, ctx):
-        aggregated = self._host.decompress(output, ctx)
+        aggregated = output if self._powersgd is not None else self._host.decompress(output, ctx)
         if p.grad.is_sparse:
             if not aggregated.is_sparse:  # reduced dense: back to sparse for the update
                 aggregated = aggregated.to_sparse()
