@@ -4,6 +4,7 @@
     dadtrun --gloo -np 2 python examples/pytorch/train_digits.py --mode async   # or dear
     dadtrun --gloo -np 2 python examples/pytorch/train_digits.py --mode diloco --sync-every 8
                                                        # or local_sgd, easgd (modes that send less)
+    dadtrun --gloo -np 2 python examples/pytorch/train_digits.py --compression powersgd --powersgd-rank 2
 
 Every rank trains on its own shard of the training set (rows rank::size); DistributedOptimizer
 averages the gradients, so all ranks hold the same weights after every step (in the modes that send
@@ -27,18 +28,28 @@ import dadt.torch as dadt
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--lr", type=float, default=0.05, help="learning rate of one rank; scaled by size()")
+    p.add_argument("--lr", type=float, default=0.05, help="learning rate of one rank; scaled by size() (not in mode hogwild)")
     p.add_argument("--batch-size", type=int, default=32, help="per-rank batch size")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--mode", choices=list(dadt.training_modes.MODES), default="sync",
                    help="DistributedOptimizer training mode (docs/training-modes.md)")
     p.add_argument("--sync-every", type=int, default=8,
                    help="local_sgd, diloco, easgd: steps between two exchanges of the model")
-    p.add_argument("--compression", choices=["none", "fp16", "bf16", "int8"], default="none",
-                   help="what the gradients (diloco: the pseudo-gradient) travel as")
+    p.add_argument("--compression", choices=["none", "fp16", "bf16", "int8", "powersgd"], default="none",
+                   help="what the gradients (diloco: the pseudo-gradient) travel as; powersgd: "
+                        "rank-R factors of each weight matrix (mode sync)")
+    p.add_argument("--powersgd-rank", type=int, default=2, help="PowerSGD's rank R (default 2)")
+    p.add_argument("--powersgd-start-iter", type=int, default=20,
+                   help="PowerSGD: plain allreduces for the first steps (default 20, about one epoch at 2 ranks)")
     p.add_argument("--lr-step-epochs", type=int, default=0,
                    help="halve the learning rate every this many epochs (0: constant)")
     return p.parse_args(argv)
+
+
+def compression(args):
+    if args.compression == "powersgd":
+        return dadt.Compression.powersgd(rank=args.powersgd_rank, start_iter=args.powersgd_start_iter)
+    return getattr(dadt.Compression, args.compression)
 
 
 def load_data(seed):
@@ -65,10 +76,13 @@ def main(argv=None):
     # Different initialisation on every rank on purpose: broadcast_parameters makes them equal.
     torch.manual_seed(args.seed + rank)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=0.9)
+    # hogwild: every rank steps the same weights with its own batch, so n ranks already make n
+    # updates per step time; the averaged-gradient modes make one, of an n-times larger batch.
+    lr = args.lr if args.mode == "hogwild" else args.lr * size
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     knobs = {"sync_every": args.sync_every} if args.mode in dadt.training_modes.PERIODIC_MODES else {}
     opt = dadt.DistributedOptimizer(opt, named_parameters=model.named_parameters(), mode=args.mode, model=model,
-                                    compression=getattr(dadt.Compression, args.compression), **knobs)
+                                    compression=compression(args), **knobs)
     schedule = torch.optim.lr_scheduler.StepLR(opt, args.lr_step_epochs, gamma=0.5) if args.lr_step_epochs else None
     dadt.broadcast_parameters(model.state_dict(), root_rank=0)
     dadt.broadcast_optimizer_state(opt, root_rank=0)

@@ -43,3 +43,27 @@ def test_modes_that_send_less_train_digits(dadtrun, mode, extra):
     alone and the model is exchanged every 8 steps; still >= 90% at 2 ranks."""
     accuracy = _final_accuracy(dadtrun, 2, mode, extra)
     assert accuracy >= 90.0, "%s %s: %.2f%%" % (mode, extra, accuracy)
+
+
+def test_powersgd_trains_digits(dadtrun):
+    """mode="sync" with Compression.powersgd (train_digits.py's defaults: rank 2, plain allreduces
+    for the first 20 steps): both weight matrices travel as rank-2 factors, >= 90% at 2 ranks."""
+    accuracy = _final_accuracy(dadtrun, 2, "sync", ["--compression", "powersgd"])
+    assert accuracy >= 90.0, "powersgd: %.2f%%" % accuracy
+
+
+def test_hogwild_trains_digits_and_refuses_two_hosts(dadtrun):
+    """mode="hogwild" (train_digits.py's defaults, the learning rate of one rank: every rank steps
+    the same weights): >= 90% at 2 ranks on one host. The same job placed on two host entries
+    (local_size() 1 of size() 2) is refused on both ranks with an error naming them."""
+    accuracy = _final_accuracy(dadtrun, 2, "hogwild", [])
+    assert accuracy >= 90.0, "hogwild: %.2f%%" % accuracy
+    cmd = [dadtrun, "--gloo", "-np", "2", "-H", "localhost:1,127.0.0.1:1", PY, SCRIPT,
+           "--mode", "hogwild", "--epochs", "1"]
+    proc = subprocess.run(cmd, env=worker_env(), capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL, cwd=REPO)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    for rank in (0, 1):
+        errors = "\n".join(rank_lines(proc.stdout + proc.stderr, rank=rank, stream="stderr"))
+        assert "not all on one host: local_size() is 1 on rank(s) 0, 1, not size() = 2" in errors, \
+            "rank %d:\n%s" % (rank, errors[-2000:])
