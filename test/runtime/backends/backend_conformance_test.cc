@@ -209,6 +209,56 @@ TEST_P(BackendConformanceTest, AlltoallvUnevenSplits) {
   });
 }
 
+// Point to point: every rank sends to its two ring neighbours and receives from them (several
+// transfers in one call, uneven sizes, one of them empty), then only pairs (0, 1), (2, 3), ...
+// swap while the others do nothing, with a large message; sequences as the coordinator numbers
+// them, one per call.
+TEST_P(BackendConformanceTest, ExchangeRingAndPairs) {
+  const int n = size();
+  if (n < 2) GTEST_SKIP() << "point to point needs a peer";
+  Run([n](int rank, Backend& b) {
+    auto bytes = [](int from, int to) { return from == 0 && to == 1 ? 0 : 1000 + 37 * from + 11 * to; };
+    const int right = (rank + 1) % n, left = (rank + n - 1) % n;
+    std::vector<int> peers = {right};
+    if (left != right) peers.push_back(left);
+    std::vector<std::vector<char>> out(peers.size()), in(peers.size());
+    std::vector<PeerBuffer> sends, recvs;
+    for (size_t i = 0; i < peers.size(); ++i) {
+      out[i].resize(bytes(rank, peers[i]));
+      for (size_t k = 0; k < out[i].size(); ++k) out[i][k] = Byte(rank, peers[i], k);
+      in[i].assign(bytes(peers[i], rank), 0x5a);
+      sends.push_back({peers[i], out[i].data(), static_cast<int64_t>(out[i].size())});
+      recvs.push_back({peers[i], in[i].data(), static_cast<int64_t>(in[i].size())});
+    }
+    EXPECT_OK(b.Exchange(sends, recvs, /*sequence=*/0));
+    for (size_t i = 0; i < peers.size(); ++i) {
+      int64_t bad = 0;
+      for (size_t k = 0; k < in[i].size(); ++k) bad += in[i][k] != Byte(peers[i], rank, k);
+      EXPECT_EQ(bad, 0) << "rank " << rank << " from " << peers[i];
+    }
+    const int partner = rank ^ 1;
+    std::vector<float> mine(1 << 20, static_cast<float>(rank)), theirs(1 << 20, -1.0f);
+    if (partner < n) {
+      const int64_t size_bytes = static_cast<int64_t>(mine.size() * sizeof(float));
+      EXPECT_OK(b.Exchange({{partner, mine.data(), size_bytes}}, {{partner, theirs.data(), size_bytes}},
+                           /*sequence=*/1));
+      EXPECT_EQ(theirs.front(), static_cast<float>(partner));
+      EXPECT_EQ(theirs.back(), static_cast<float>(partner));
+    }
+    EXPECT_OK(b.Barrier());
+  });
+}
+
+TEST_P(BackendConformanceTest, ExchangeRefusesItselfAndRanksOutsideTheJob) {
+  Run([](int rank, Backend& b) {
+    char c = 0;
+    EXPECT_EQ(b.Exchange({{rank, &c, 1}}, {}, 0).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(b.Exchange({}, {{-1, &c, 1}}, 0).code(), StatusCode::kInvalidArgument);
+    EXPECT_OK(b.Exchange({}, {}, 0));  // nothing to move
+    EXPECT_OK(b.Barrier());            // and the backend is still usable
+  });
+}
+
 TEST_P(BackendConformanceTest, ReducescatterEveryDtypeOpAndUnevenCounts) {
   const int n = size();
   std::vector<std::vector<int64_t>> splits;
