@@ -243,6 +243,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
               "gossip" (AD-PSGD): no collective at all while training; after each step the
               weights are swapped with one neighbour of ``graph`` in the background and half the
               difference added when the swap returns; ``flush()`` averages over every rank.
+              "hogwild": one host only; every rank steps one shared copy of the weights (shared
+              memory), lock-free, sending nothing; ``flush()`` is a barrier.
         model: The torch.nn.Module being trained. Required by mode="dear" (its forward
                pre-hooks apply the deferred updates); in mode="async" it sets the layer order.
         bucket_bytes: Bucket size of mode="async" and mode="dear", in bytes. Default: the fusion
