@@ -41,7 +41,9 @@ sys.path.insert(0, HERE)
 import time_to_accuracy as tta  # noqa: E402  (same folder: the task, the model, the families)
 
 CONTENDERS = ("ddp", "sync", "gossip", "gossip-sgp")
-LOCKSTEP = ("ddp", "sync")
+# Stop together (every rank takes the same steps): the synchronous ones, and SGP, whose ranks wait
+# for their in-neighbours' pushes.
+LOCKSTEP = ("ddp", "sync", "gossip-sgp")
 
 
 def parse_args(argv=None):
@@ -62,7 +64,8 @@ def parse_args(argv=None):
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--d-ff", type=int, default=512)
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lr", type=float, default=2e-3, help="AdamW learning rate of every contender")
+    p.add_argument("--lrs", default="", help="per-contender learning rates, e.g. gossip=1e-3 (labelled)")
     p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--val-windows", type=int, default=96)
     p.add_argument("--seed", type=int, default=1234)
@@ -169,8 +172,8 @@ def launch(args, name, slow, steps=0):
         sys.exit("straggler_bench: dadtrun not found (use --dadtrun, or install dadt)")
     hosts = ["-H", args.hosts] if args.hosts else []
     hosts += ["--network-interface", args.network_interface] if args.network_interface else []
-    tail = ["--worker", name, "--slow", str(slow), "--steps", str(steps)]
-    for key in ("seconds", "factor", "batch", "context", "d_model", "layers", "heads", "d_ff", "lr",
+    tail = ["--worker", name, "--slow", str(slow), "--steps", str(steps), "--lr", str(lr_of(args, name))]
+    for key in ("seconds", "factor", "batch", "context", "d_model", "layers", "heads", "d_ff",
                 "val_fraction", "val_windows", "seed", "np"):
         tail += ["--" + key.replace("_", "-"), str(getattr(args, key))]
     cmd = [dadtrun, "--gloo", "-np", str(args.np), *hosts, sys.executable, os.path.abspath(__file__)] + tail
@@ -190,6 +193,11 @@ def launch(args, name, slow, steps=0):
     return {"contender": name, "straggler": slow >= 0, "error": "exit %s: %s" % (proc.returncode, out[-600:])}
 
 
+def lr_of(args, name):
+    chosen = dict(kv.split("=") for kv in args.lrs.split(",") if kv)
+    return float(chosen.get(name, args.lr))
+
+
 def cell(values, fmt="%.1f"):
     if not values:
         return "n/a"
@@ -199,9 +207,11 @@ def cell(values, fmt="%.1f"):
 def table(runs, args):
     names = [n for n in CONTENDERS if any(r.get("contender") == n for r in runs)]
     link = (", link " + args.link) if args.link else ""
+    given = getattr(args, "lrs", "")
+    lrs = ", learning rates " + given + " (else %g)" % args.lr if given else ", AdamW lr %g" % args.lr
     print("\nStraggler: rank %d's steps %.1fx as long (it sleeps), %d ranks%s, %.0f s per launch, "
-          "%d round(s); median (min .. max)\n" % (args.straggler_rank, args.factor, args.np, link,
-                                                   args.seconds, args.rounds))
+          "%d round(s)%s; median (min .. max)\n" % (args.straggler_rank, args.factor, args.np, link,
+                                                     args.seconds, args.rounds, lrs))
     print("| contender | samples/s, no straggler | samples/s, straggler | lost to the straggler |")
     print("| --- | ---: | ---: | ---: |")
     for n in names:

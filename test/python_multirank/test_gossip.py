@@ -131,3 +131,20 @@ def test_sgp_follows_push_sum_step_by_step(world, nm):
     assert_rows_identical(rows, "after flush")
     torch.testing.assert_close(model.w.detach(), torch.stack(reference[-1]).mean(dim=0),
                                rtol=0, atol=1e-12)
+
+
+def test_sgp_flush_after_unequal_steps_is_an_error_on_every_rank(world, nm, require_two_ranks):
+    from collective_utils import Deadline
+    model = _Dot()
+    opt = dadt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
+                                    named_parameters=model.named_parameters(), mode="gossip",
+                                    algorithm="sgp")
+    for t in range(3 + (world.rank == 0)):  # rank 0 takes one step more
+        opt.zero_grad()
+        model(_grad(world.rank, t)).backward()
+        opt.step()
+    with Deadline():
+        with pytest.raises(ValueError, match="same number of steps.*took 3 to 4 steps"):
+            opt.flush()
+    # Nothing is left in flight: the job goes on.
+    assert dadt.allreduce(torch.ones(1), name=nm("after"), op=dadt.Sum).item() == world.size

@@ -36,8 +36,8 @@ import torch
 
 from dadt.common import process_sets, topology
 from dadt.common.basics import rank, size
-from dadt.common.util import Average
-from dadt.torch.async_collectives import grouped_allreduce_async_
+from dadt.common.util import Average, Max
+from dadt.torch.async_collectives import allreduce_async, grouped_allreduce_async_
 from dadt.torch.handles import poll, synchronize
 from dadt.torch.p2p import exchange_async, irecv, isend, withdraw_exchange
 from dadt.torch.training_modes.engine import ModeEngine
@@ -147,7 +147,8 @@ class PushSumEngine(ModeEngine):
         self._w = [1.0 for _ in self._groups]
         self._hops = topology.exponential_graph(rank(), size())
         self._t = 0
-        self._in_flight = []  # (group index, send handle, receive handle, receive buffer)
+        # (group index, send handle, receive handle, message, receive buffer, their two names)
+        self._in_flight = []
 
     def step(self, closure, should_synchronize: bool):
         before = [torch.cat([p.detach().reshape(-1) for p in ps]) for ps, _ in self._groups]
@@ -166,6 +167,7 @@ class PushSumEngine(ModeEngine):
         """Nothing to wait for: gradients are never averaged in this mode."""
 
     def flush(self):
+        self._check_same_steps()
         with torch.no_grad():
             self._receive()
             self._write_models()
@@ -186,6 +188,26 @@ class PushSumEngine(ModeEngine):
             self._x[g] = torch.cat([p.detach().reshape(-1) for p in ps])
             self._w[g] = 1.0
 
+    def _check_same_steps(self):
+        """Every rank waits for its in-neighbour's last push: ranks that took different numbers of
+        steps would wait forever. Then every rank withdraws what it has in flight and raises."""
+        if size() == 1:
+            return
+        steps = synchronize(allreduce_async(torch.tensor([self._t, -self._t], dtype=torch.int64),
+                                            op=Max, name="dadt.gossip.sgp.steps"))
+        most, fewest = int(steps[0]), -int(steps[1])
+        if most == fewest:
+            return
+        for _, sent, received, _, _, names in self._in_flight:
+            for handle, name in zip((sent, received), names):
+                if not poll(handle):
+                    withdraw_exchange(name)
+                synchronize(handle)
+        self._in_flight = []
+        raise ValueError("mode='gossip', algorithm='sgp': every rank must take the same number of "
+                         "steps before flush() (a rank waits for its neighbour's last push); the "
+                         "ranks took %d to %d steps (this rank %d)" % (fewest, most, self._t))
+
     def _push(self):
         sends, recvs = self._hops
         k = self._t % len(sends)
@@ -195,12 +217,14 @@ class PushSumEngine(ModeEngine):
             self._w[g] *= 0.5
             message = torch.cat([self._x[g], self._x[g].new_tensor([self._w[g]])])
             buffer = torch.empty_like(message)
-            sent = isend(message, dst, name="%s.%d.%d->%d" % (name, self._t, rank(), dst))
-            received = irecv(buffer, src, name="%s.%d.%d->%d" % (name, self._t, src, rank()))
-            self._in_flight.append((g, sent, received, message, buffer))
+            names = ("%s.%d.%d->%d" % (name, self._t, rank(), dst),
+                     "%s.%d.%d->%d" % (name, self._t, src, rank()))
+            sent = isend(message, dst, name=names[0])
+            received = irecv(buffer, src, name=names[1])
+            self._in_flight.append((g, sent, received, message, buffer, names))
 
     def _receive(self):
-        for g, sent, received, _, buffer in self._in_flight:
+        for g, sent, received, _, buffer, _ in self._in_flight:
             synchronize(sent)
             synchronize(received)
             self._x[g].add_(buffer[:-1])
