@@ -65,7 +65,7 @@ and torchft's two; rank 0's local model for async (one step stale), easgd, the s
 post-local SGD (its averager runs after steps 1, H+1, ...).
 
 --overrun K lets the periodic contenders (post-local SGD, torchft's two, dadt's modes that send
-less) and the two PowerSGD ones train K times the budget: cheaper per step but behind at equal samples, they may still reach
+less), the two PowerSGD ones and gossip train K times the budget: cheaper per step but behind at equal samples, they may still reach
 DDP's final loss sooner; their loss at equal samples and their wall time at the budget are read at
 the budget's evaluation point.
 
@@ -125,8 +125,9 @@ PERIODIC = ("post-local-sgd", "torchft-localsgd", "torchft-diloco", "local_sgd",
             "local_sgd-streaming", "local_sgd-int8", "diloco",
             "diloco-streaming", "diloco-int8", "easgd", "easgd-async")
 POWERSGD = ("ddp-powersgd", "sync-powersgd")
+GOSSIP = ("gossip", "gossip-sgp")
 # Trained --overrun times the budget: cheaper per step than DDP, behind it at equal samples.
-OVERRUN = PERIODIC + POWERSGD
+OVERRUN = PERIODIC + POWERSGD + GOSSIP
 STREAMING = ("local_sgd-streaming", "local_sgd-int8", "diloco-streaming", "diloco-int8")
 VOCAB = 256
 SKIP_DIRS = ("site-packages", "dist-packages", "__pycache__")
