@@ -21,13 +21,12 @@ evaluation inside the timed part; the final accuracy is over the whole test set 
 import argparse
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import time
 
 from allreduce_bench import find_dadtrun, worker_environment  # same folder
+from peers import run_launch  # noqa: E402
 
 MODES = ["sync", "hogwild"]
 EXAMPLES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,15 +109,7 @@ def launch(args, mode):
     cmd = [dadtrun, "--gloo", "-np", str(args.np), sys.executable, os.path.abspath(__file__), "--worker",
            "--mode", mode, "--epochs", str(args.epochs), "--lr", str(args.lr),
            "--batch-size", str(args.batch_size), "--seed", str(args.seed)]
-    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, env=worker_environment(), stdout=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        sys.exit("hogwild_bench: the job failed (exit %d):\n%s" % (proc.returncode, proc.stdout[-3000:]))
-    for line in proc.stdout.splitlines():
-        m = re.match(r"^(?:\[0\]<stdout>:)?RESULT (.*)$", line)
-        if m:
-            return json.loads(m.group(1))
-    sys.exit("hogwild_bench: no RESULT line from rank 0:\n" + proc.stdout[-3000:])
+    return run_launch(cmd, worker_environment(), "hogwild_bench", "the %s launch" % mode)
 
 
 def driver(args):

@@ -7,7 +7,9 @@
 The update rule is checked against a reference written from its equation (docs: x <- InnerOpt_i(x,
 g_i(x)) on the one shared x, the optimizer's state rank i's own), with the ranks' steps taken in
 turns (a barrier between turns) so that the order is known; every test also fails if the ranks
-kept weights of their own. Every rank runs every test; skips depend on size() only.
+kept weights of their own. Every rank runs every test; skips depend on size() only, and the whole
+file skips where the ranks are on more than one host (as test_multihost.py launches this suite):
+hogwild is one host's mode, and test/integration/test_training_modes.py checks its refusal there.
 """
 import io
 import os
@@ -21,6 +23,13 @@ from collective_utils import assert_rows_identical, gather_rows
 from dadt.torch.training_modes import hogwild
 
 LR = 0.1
+
+
+@pytest.fixture(autouse=True)
+def _one_host():
+    """local_size() == size() holds on every rank or on none, so every rank skips alike."""
+    if dadt.local_size() != dadt.size():
+        pytest.skip("mode='hogwild' runs on one host; these ranks are on more than one")
 
 
 class _Pull(torch.nn.Module):
