@@ -54,6 +54,11 @@ for engine in gloo mpi; do
         # pytest's last line on rank 0 ("[0]<stdout>:" under Gloo, "[1,0]<stdout>:" under mpirun).
         line="$(grep -aE '^\[(1,)?0\]<stdout>:.*(passed|failed|error|skipped).* in [0-9.]+s' "$log" | tail -n 1 | sed -E 's/^\[(1,)?0\]<stdout>://; s/=//g; s/^ +| +$//g')"
         summaries+=("--$engine -np $n: ${line:-no pytest summary (see above)}")
+        # The failing tests by name (pytest -rfE), on every rank that printed any, so that the
+        # summary at the end of the tier says what failed even where the log above is cut.
+        while IFS= read -r failed; do
+            summaries+=("    $failed")
+        done < <(grep -aE '^\[(1,)?[0-9]+\]<stdout>:(FAILED|ERROR) ' "$log" | cut -c1-300 | sort -u | head -n 20)
         rm -f "$log"
     done
 done
