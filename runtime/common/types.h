@@ -34,7 +34,7 @@ bool IsValidDataType(int32_t value);
 enum class ReduceOp : int32_t {
   kAverage = 0,
   kSum = 1,
-  kAdasum = 2,  // reserved; refused today
+  kAdasum = 2,  // allreduce of floating-point tensors (runtime/backends/adasum.h)
   kMin = 3,
   kMax = 4,
   kProduct = 5,

@@ -50,8 +50,8 @@ bool TryEagerReduce(const std::vector<Request>& by_rank, int size, Response* res
 
 bool AttachEagerInput(Request* request, const void* input, int64_t threshold_bytes) {
   const int64_t bytes = request->ByteSize();
-  if (request->op != OpType::kAllreduce || request->device != kCpuDevice || bytes <= 0 ||
-      bytes > threshold_bytes) {
+  if (request->op != OpType::kAllreduce || request->reduce_op == ReduceOp::kAdasum ||
+      request->device != kCpuDevice || bytes <= 0 || bytes > threshold_bytes) {
     return false;
   }
   request->eager = true;

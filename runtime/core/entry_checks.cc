@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/backends/adasum.h"
 #include "runtime/backends/device.h"
 
 #include "runtime/core/executor.h"
@@ -43,6 +44,10 @@ Status PrepareEntryInSet(TensorEntry* entry, int global_rank, const ProcessSet& 
   if (r.device >= 0) {
     return Unimplemented(of + ": GPU tensors on the GPU data plane cannot run in " +
                          set.Describe() + " yet (process sets run on the host data plane)");
+  }
+  if (r.op == OpType::kAllreduce && r.reduce_op == ReduceOp::kAdasum) {
+    return Unimplemented(of + ": Adasum runs on the global process set only, not on " +
+                         set.Describe());
   }
   const int32_t root = r.root;
   if (r.op == OpType::kBroadcast) {
@@ -91,6 +96,11 @@ Status CheckDeviceReduction(const TensorEntry& entry, const std::string& device_
   if (r.device < 0 || device_data_plane != "nccl" ||
       (r.op != OpType::kAllreduce && r.op != OpType::kReducescatter)) {
     return Status::OK();
+  }
+  if (r.reduce_op == ReduceOp::kAdasum) {
+    return InvalidArgument("tensor '" + r.name + "': Adasum runs on the host data plane; NCCL has "
+                           "no Adasum (use all_reduce_executor='gloo' or 'mpi', which stage GPU "
+                           "tensors through host memory)");
   }
   Status s = backends::DeviceRegistry::NcclReduces(r.dtype, r.reduce_op);
   if (!s.ok()) return InvalidArgument("tensor '" + r.name + "': " + s.message());
@@ -162,8 +172,13 @@ Status ValidateEntry(const TensorEntry& e, int rank, int size) {
     if (!IsValidReduceOp(static_cast<int32_t>(r.reduce_op))) {
       return InvalidArgument("tensor " + quoted + ": unknown reduce op");
     }
-    if (r.reduce_op == ReduceOp::kAdasum) {
-      return Unimplemented("tensor " + quoted + ": the Adasum reduction is not implemented");
+    if (r.reduce_op == ReduceOp::kAdasum && r.op != OpType::kAllreduce) {
+      return InvalidArgument("tensor " + quoted + ": Adasum is an allreduce; reducescatter takes "
+                             "Sum, Average, Min, Max or Product");
+    }
+    if (r.reduce_op == ReduceOp::kAdasum && !backends::AdasumSupports(r.dtype)) {
+      return InvalidArgument("tensor " + quoted + " is " + DataTypeName(r.dtype) +
+                             ": Adasum needs float16, bfloat16, float32 or float64 tensors");
     }
     if (r.dtype == DataType::kBool &&
         (r.reduce_op == ReduceOp::kAverage || r.prescale != 1.0 || r.postscale != 1.0)) {

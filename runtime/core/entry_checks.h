@@ -43,9 +43,9 @@ Status CheckOutputView(TensorEntry* entry);
 // every rank alike, naming the tensor, instead of failing the job when it runs.
 Status CheckDeviceReduction(const TensorEntry& entry, const std::string& device_data_plane);
 
-// InvalidArgument (or Unimplemented for Adasum) when the entry cannot run in a job of `size`
-// ranks: name, dtype, reduce op, buffers, root, splits, group size; ValidatePointToPoint for a
-// peer exchange or neighbor allgather.
+// InvalidArgument when the entry cannot run in a job of `size` ranks: name, dtype, reduce op
+// (Adasum: an allreduce of floating-point tensors), buffers, root, splits, group size;
+// ValidatePointToPoint for a peer exchange or neighbor allgather.
 Status ValidateEntry(const TensorEntry& entry, int rank, int size);
 
 // A peer exchange or neighbor allgather: the global set, host memory, ranks in the job other than

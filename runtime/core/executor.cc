@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "runtime/backends/adasum.h"
 #include "runtime/common/reduce.h"
 #include "runtime/core/op_layout.h"
 
@@ -279,10 +280,13 @@ Status Executor::Allreduce(const Response& r, EntryMap& entries) {
     auto it = entries.find(r.names[i]);
     if (it != entries.end()) mine[i] = &it->second;
   }
+  const bool adasum = r.reduce_op == ReduceOp::kAdasum;
   const std::string collective =
-      events_ && events_->enabled() ? timeline::BackendActivity(backend_->Name(), "allreduce") : "";
+      events_ && events_->enabled()
+          ? timeline::BackendActivity(backend_->Name(), adasum ? "adasum" : "allreduce")
+          : "";
   Status s;
-  if (backend_->ReducesPieces() && r.prescale == 1.0) {
+  if (backend_->ReducesPieces() && r.prescale == 1.0 && !adasum) {
     // The engine reads the tensors and writes the results where they lie (shared memory on one
     // host): no fusion buffer, no copy of an out-of-place input, no pass for the epilogue.
     std::vector<backends::AllreducePiece> pieces(mine.size());
@@ -334,7 +338,21 @@ Status Executor::AllreduceThroughBuffer(const Response& r, const std::vector<Ten
   }
   Status s = Scale(buf, total, r.dtype, r.prescale);
   Mark(r.names, collective, timeline::Phase::kBegin, entries);
-  if (s.ok() && total > 0) s = backend_->Allreduce(buf, total, r.dtype, BackendOp(r.reduce_op));
+  if (s.ok() && total > 0) {
+    if (r.reduce_op == ReduceOp::kAdasum) {
+      // Tags from the coordinator's point-to-point sequence (r.root); a second buffer for what
+      // the partner of each level holds.
+      const int64_t bytes = total * esize;
+      if (bytes > adasum_scratch_bytes_) {
+        adasum_scratch_.reset(new uint8_t[bytes]);
+        adasum_scratch_bytes_ = bytes;
+      }
+      s = backends::AdasumAllreduce(backend_, buf, adasum_scratch_.get(), r.sizes, r.dtype, rank_,
+                                    size_, static_cast<uint32_t>(r.root));
+    } else {
+      s = backend_->Allreduce(buf, total, r.dtype, BackendOp(r.reduce_op));
+    }
+  }
   Mark(r.names, collective, timeline::Phase::kEnd, entries);
   if (s.ok()) s = PostProcess(r, size_, buf, total);
   if (s.ok() && fused) {

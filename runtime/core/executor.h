@@ -99,6 +99,8 @@ class Executor {
   const timeline::EventStream* events_;
   std::unique_ptr<uint8_t[]> fusion_;
   int64_t fusion_bytes_ = 0;
+  std::unique_ptr<uint8_t[]> adasum_scratch_;  // Adasum: what the partner of a level sent
+  int64_t adasum_scratch_bytes_ = 0;
   std::string device_engine_;
   backends::BackendOptions device_options_;
   std::unique_ptr<DeviceExecutor> device_;

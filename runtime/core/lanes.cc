@@ -38,7 +38,9 @@ Lanes::~Lanes() {
 }
 
 bool Lanes::Runs(const Response& r) {
-  return Executor::MovesData(r.type) && !r.eager && r.device < 0 && r.process_set_id == 0;
+  // Adasum swaps pair by pair (Backend::Exchange), as point to point does: on the loop thread.
+  return Executor::MovesData(r.type) && !r.eager && r.device < 0 && r.process_set_id == 0 &&
+         r.reduce_op != ReduceOp::kAdasum;
 }
 
 void Lanes::Submit(const Response& r, EntryMap entries) {

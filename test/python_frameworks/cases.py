@@ -44,6 +44,32 @@ def test_allreduce_default_op_is_average(fw, world, nm):
     assert_same(fw.numpy(out), expected((5,), "float32", world.size, "Average"))
 
 
+def _adasum_tree(vectors):
+    """Adasum's binary tree over the ranks (runtime/backends/adasum.h), in float64: rank r with
+    r ^ L at level L, the lower rank's as a; ranks p.. folded into r - p first."""
+    def pair(a, b):
+        dot, aa, bb = a @ b, a @ a, b @ b
+        return (1 - dot / (2 * aa) if aa else 1.0) * a + (1 - dot / (2 * bb) if bb else 1.0) * b
+    v, p = list(vectors), 1
+    while p * 2 <= len(v):
+        p *= 2
+    for i in range(len(v) - p):
+        v[i] = pair(v[i], v[i + p])
+    v, level = v[:p], 1
+    while level < p:
+        v, level = [pair(v[i & ~level], v[i | level]) for i in range(p)], level * 2
+    return v[0]
+
+
+def test_allreduce_adasum(fw, world, nm):
+    """op=Adasum in this front end: the tree of the formula; integers refused on every rank."""
+    inputs = [np.sin(np.arange(11) * 0.9 + r) * (r + 1) for r in range(world.size)]
+    out = fw.dadt.allreduce(fw.tensor(inputs[world.rank]), name=nm(), op=fw.dadt.Adasum)
+    np.testing.assert_allclose(fw.numpy(out), _adasum_tree(inputs), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="Adasum needs float16, bfloat16, float32 or float64"):
+        fw.dadt.allreduce(fw.tensor(np.arange(3, dtype=np.int32)), name=nm("int"), op=fw.dadt.Adasum)
+
+
 def test_grouped_allreduce(fw, world, nm):
     specs = [((0,), "float32"), ((1,), "bfloat16"), ((7,), "float16"), ((2, 3), "int32"), ((5,), "bool")]
     xs = [fw.tensor(make(s, d, world.rank, world.size)) for s, d in specs]

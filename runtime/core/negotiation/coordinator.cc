@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "runtime/common/logging.h"
+#include "runtime/backends/adasum.h"
 #include "runtime/core/eager_reduce.h"
 #include "runtime/core/fusion_planner.h"
 #include "runtime/core/negotiation/validation.h"
@@ -330,6 +331,14 @@ ResponseList Coordinator::Compute(Clock::time_point now) {
     }
     oldest_ready_ = ready_.empty() ? Clock::time_point::max() : now;
     list.responses = PlanFusion(std::move(ready), fusion_threshold_);
+    for (Response& resp : list.responses) {
+      // Adasum swaps tensors pair by pair (Backend::Exchange): its tags are point-to-point
+      // sequence numbers, one block per fused response.
+      if (resp.type != Response::Type::kAllreduce || resp.reduce_op != ReduceOp::kAdasum) continue;
+      resp.root = p2p_sequence_ & 0x3fffffff;
+      p2p_sequence_ = (p2p_sequence_ + static_cast<int32_t>(backends::AdasumSequences(size_))) &
+                      0x3fffffff;
+    }
   }
   if (peers_.HasReleasable()) {
     std::vector<Response> pairs = peers_.Take(&p2p_sequence_);

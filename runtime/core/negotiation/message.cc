@@ -68,7 +68,9 @@ bool Request::SameSignature(const Request& o) const {
 bool Request::Cacheable() const {
   // Allgather and alltoall carry per-rank sizes. Grouped members are cacheable: the group id is
   // part of the signature (the Python layer derives it from the member names).
-  return op == OpType::kAllreduce || op == OpType::kBroadcast || op == OpType::kReducescatter;
+  // Adasum's responses carry point-to-point tags that the coordinator stamps each time.
+  if (op == OpType::kAllreduce) return reduce_op != ReduceOp::kAdasum;
+  return op == OpType::kBroadcast || op == OpType::kReducescatter;
 }
 
 Response::Type ResponseTypeFor(OpType op) {

@@ -7,7 +7,9 @@
 //
 // To cover a new backend, add a <backend>_conformance_test.cc that instantiates the suite
 // (gloo_conformance_test.cc: ranks as threads; mpi_conformance_test.cc: ranks as mpirun processes).
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <numeric>
 #include <ostream>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/backends/adasum.h"
 #include "runtime/backends/backend.h"
 #include "test/runtime/backends/expected_values.h"
 #include "test/runtime/backends/backend_conformance.h"
@@ -245,6 +248,77 @@ TEST_P(BackendConformanceTest, ExchangeRingAndPairs) {
       EXPECT_EQ(theirs.front(), static_cast<float>(partner));
       EXPECT_EQ(theirs.back(), static_cast<float>(partner));
     }
+    EXPECT_OK(b.Barrier());
+  });
+}
+
+// Adasum over the engine's point to point (runtime/backends/adasum.h): every rank ends with the
+// binary tree of the pairwise formula (the ranks past the largest power of two folded into their
+// partner first), tensor by tensor, computed here in double; identical bits on every rank.
+std::vector<double> AdasumPairInDouble(const std::vector<double>& a, const std::vector<double>& b) {
+  double dot = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) dot += a[i] * b[i], aa += a[i] * a[i], bb += b[i] * b[i];
+  const double ca = aa == 0 ? 1 : 1 - dot / (2 * aa), cb = bb == 0 ? 1 : 1 - dot / (2 * bb);
+  std::vector<double> out(a.size());
+  for (size_t i = 0; i < a.size(); ++i) out[i] = ca * a[i] + cb * b[i];
+  return out;
+}
+
+std::vector<double> AdasumTreeInDouble(std::vector<std::vector<double>> v) {
+  const int n = static_cast<int>(v.size());
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  for (int i = 0; i + p < n; ++i) v[i] = AdasumPairInDouble(v[i], v[i + p]);
+  v.resize(p);
+  for (int level = 1; level < p; level <<= 1) {
+    std::vector<std::vector<double>> next(p);
+    for (int i = 0; i < p; ++i) {
+      const int lo = i & ~level, hi = i | level;
+      next[i] = AdasumPairInDouble(v[lo], v[hi]);
+    }
+    v = std::move(next);
+  }
+  return v[0];
+}
+
+TEST_P(BackendConformanceTest, AdasumIsTheTreeOfItsFormula) {
+  const int n = size();
+  const std::vector<int64_t> counts = {7, 0, 1000, 1};
+  auto value = [](int rank, int64_t i) { return std::sin(0.7 * i + 1.3 * rank) * (rank + 1); };
+  std::vector<std::vector<double>> want(counts.size());
+  for (size_t t = 0, off = 0; t < counts.size(); off += counts[t], ++t) {
+    std::vector<std::vector<double>> per_rank(n);
+    for (int r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < counts[t]; ++i) per_rank[r].push_back(value(r, off + i));
+    }
+    want[t] = AdasumTreeInDouble(per_rank);
+  }
+  Run([&](int rank, Backend& b) {
+    const int64_t total = 1008;
+    std::vector<double> data(total), scratch(total);
+    for (int64_t i = 0; i < total; ++i) data[i] = value(rank, i);
+    EXPECT_OK(AdasumAllreduce(&b, data.data(), scratch.data(), counts, DataType::kFloat64, rank,
+                              n, /*sequence=*/40));
+    double worst = 0;
+    for (size_t t = 0, off = 0; t < counts.size(); off += counts[t], ++t) {
+      for (int64_t i = 0; i < counts[t]; ++i) worst = std::max(worst, std::abs(data[off + i] - want[t][i]));
+    }
+    EXPECT_LT(worst, 1e-12) << "rank " << rank;
+    // The same bits everywhere: the minimum and maximum over ranks are equal.
+    std::vector<double> lo = data, hi = data;
+    EXPECT_OK(b.Allreduce(lo.data(), total, DataType::kFloat64, ReduceOp::kMin));
+    EXPECT_OK(b.Allreduce(hi.data(), total, DataType::kFloat64, ReduceOp::kMax));
+    EXPECT_EQ(lo, hi) << "rank " << rank;
+    // float32 too, within its precision, and an integer tensor refused alike on every rank.
+    std::vector<float> f(total), fs(total);
+    for (int64_t i = 0; i < total; ++i) f[i] = static_cast<float>(value(rank, i));
+    EXPECT_OK(AdasumAllreduce(&b, f.data(), fs.data(), counts, DataType::kFloat32, rank, n,
+                              /*sequence=*/80));
+    for (int64_t i = 0; i < 7; ++i) EXPECT_NEAR(f[i], want[0][i], 1e-4 * (1 + std::abs(want[0][i])));
+    std::vector<int32_t> ints(4);
+    EXPECT_EQ(AdasumAllreduce(&b, ints.data(), ints.data(), {4}, DataType::kInt32, rank, n, 0)
+                  .code(),
+              StatusCode::kInvalidArgument);
     EXPECT_OK(b.Barrier());
   });
 }

@@ -58,7 +58,14 @@ TEST(EntryChecksTest, RefusalsNameTheTensor) {
 
   TensorEntry adasum = Entry(OpType::kAllreduce);
   adasum.request.reduce_op = ReduceOp::kAdasum;
-  EXPECT_EQ(ValidateEntry(adasum, 0, 2).code(), StatusCode::kUnimplemented);
+  adasum.request.dtype = DataType::kFloat32;
+  EXPECT_TRUE(ValidateEntry(adasum, 0, 2).ok());
+  adasum.request.dtype = DataType::kInt32;
+  EXPECT_TRUE(Mentions(ValidateEntry(adasum, 0, 2), "Adasum needs float16")) << "an int32 Adasum";
+  TensorEntry adasum_rs = Entry(OpType::kReducescatter);
+  adasum_rs.request.reduce_op = ReduceOp::kAdasum;
+  adasum_rs.request.dtype = DataType::kFloat32;
+  EXPECT_TRUE(Mentions(ValidateEntry(adasum_rs, 0, 2), "Adasum is an allreduce"));
 
   TensorEntry bool_avg = Entry(OpType::kAllreduce);
   bool_avg.request.dtype = DataType::kBool;

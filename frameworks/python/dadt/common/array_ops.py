@@ -27,9 +27,12 @@ from dadt.common.process_sets import enqueue_kwargs, set_id
 from dadt.common.util import collective_name, message_name
 from dadt.common.util import (NOT_INITIALIZED, OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL,
                               OP_BARRIER, OP_BROADCAST, OP_JOIN, OP_NEIGHBOR_ALLGATHER,
-                              OP_PEER_EXCHANGE, OP_REDUCESCATTER, Average, Max, Min, Product, Sum)
+                              OP_PEER_EXCHANGE, OP_REDUCESCATTER, Adasum, Average, Max, Min, Product,
+                              Sum)
 
-_OP_NAMES = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
+# Adasum: the runtime checks the dtype (floating point) and the collective (allreduce).
+_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
+             Product: "Product"}
 
 
 class _Entry:
@@ -70,8 +73,8 @@ def as_array(value: Any, name: str) -> np.ndarray:
 def _check_reduction(array: np.ndarray, name: str, op: int, prescale: float,
                      postscale: float) -> None:
     if op not in _OP_NAMES:
-        raise ValueError("tensor '%s': unknown reduce op %r; use Average, Sum, Min, Max or Product"
-                         % (name, op))
+        raise ValueError("tensor '%s': unknown reduce op %r; use Average, Sum, Adasum, Min, Max "
+                         "or Product" % (name, op))
     if array.dtype.kind == "b" and (op == Average or prescale != 1.0 or postscale != 1.0):
         raise ValueError("tensor '%s' is bool: Average and scale factors are not defined for "
                          "bool; use Sum or Max (logical or) or Min or Product (logical and)" % name)

@@ -5,7 +5,7 @@ from typing import Any, List, NamedTuple, Optional
 
 from dadt.common import array_ops
 from dadt.common.process_sets import global_process_set, keeps_own_gradients
-from dadt.common.util import Average, Sum
+from dadt.common.util import Adasum, Average, Sum
 from dadt.jax.ops import allreduce, broadcast
 
 __all__ = ["average_gradients", "DistributedOptimizer", "broadcast_parameters",
@@ -32,8 +32,9 @@ def average_gradients(op: int = Average, name: Optional[str] = None,
     in Horovod and dadt's other front ends.
     """
     import optax  # only when asked for: dadt.jax itself does not need optax
-    if op not in (Average, Sum):
-        raise ValueError("gradients are reduced with op=Average or op=Sum, got op=%r" % (op,))
+    if op not in (Average, Sum, Adasum):
+        raise ValueError("gradients are reduced with op=Average, op=Sum or op=Adasum, got "
+                         "op=%r" % (op,))
 
     def init_fn(params):
         del params

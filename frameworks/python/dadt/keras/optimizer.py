@@ -9,7 +9,7 @@ import keras
 from dadt.common import periodic_numpy
 from dadt.common.process_sets import (global_process_set, keeps_own_gradients, set_id,
                                      set_size)
-from dadt.common.util import Average, Sum
+from dadt.common.util import Adasum, Average, Sum
 from dadt.keras.periodic import STATE_KEY, KerasPeriodic, WithoutKey
 
 __all__ = ["DistributedOptimizer", "PartialDistributedOptimizer"]
@@ -224,8 +224,9 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None,  # noqa: N802
         raise ValueError("Compression.int8 is for mode='diloco' and mode='local_sgd' (their "
                          "exchanges go through an allgather); mode='sync' allreduces, which "
                          "cannot sum int8")
-    if op not in (Average, Sum):
-        raise ValueError("gradients are reduced with op=Average or op=Sum, got op=%r" % (op,))
+    if op not in (Average, Sum, Adasum):
+        raise ValueError("gradients are reduced with op=Average, op=Sum or op=Adasum, got "
+                         "op=%r" % (op,))
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be an int >= 1, got %r"
                          % (backward_passes_per_step,))

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from dadt.common import array_ops
 from dadt.common.basics import local_rank, local_size, rank, size
-from dadt.common.util import Average, Sum
+from dadt.common.util import Adasum, Average, Sum
 from dadt.tensorflow.compression import Compression
 from dadt.tensorflow.errors import to_tf_error
 from dadt.common.process_sets import (global_process_set, included_in_id, keeps_own_gradients,
@@ -151,8 +151,9 @@ def allreduce_gradients(grads, compression=Compression.none, op=Average,
     size/f after (size: that of ``process_set``, whose ranks take part); sparse ones are
     averaged (their rows are not summed). A rank outside ``process_set`` keeps its gradients
     unchanged (Horovod's rule, dadt.common.process_sets.keeps_own_gradients)."""
-    if op not in (Average, Sum):
-        raise ValueError("gradients are reduced with op=Average or op=Sum, got op=%r" % (op,))
+    if op not in (Average, Sum, Adasum):
+        raise ValueError("gradients are reduced with op=Average, op=Sum or op=Adasum, got "
+                         "op=%r" % (op,))
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor needs op=Average")
     grads = [tf.convert_to_tensor(g) if sparse_as_dense and isinstance(g, tf.IndexedSlices) else g

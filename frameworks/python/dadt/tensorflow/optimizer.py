@@ -16,7 +16,7 @@ from typing import Any, Dict
 import tensorflow as tf
 
 from dadt.common.process_sets import global_process_set, set_id
-from dadt.common.util import Average, Sum
+from dadt.common.util import Adasum, Average, Sum
 from dadt.tensorflow.compression import Compression
 from dadt.tensorflow.functions import reduce_keeping_local
 
@@ -109,8 +109,9 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
             raise ValueError("backward_passes_per_step > 1 is not supported with a "
                              "tf.compat.v1.train optimizer; accumulate the gradients in the "
                              "graph, or use a Keras optimizer")
-        if op not in (Average, Sum):
-            raise ValueError("gradients are reduced with op=Average or op=Sum, got op=%r" % (op,))
+        if op not in (Average, Sum, Adasum):
+            raise ValueError("gradients are reduced with op=Average, op=Sum or op=Adasum, got "
+                             "op=%r" % (op,))
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor needs op=Average")
         set_id(process_set)  # an unregistered set is refused here, not at compute_gradients()

@@ -63,7 +63,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             base_step=lambda *args: super(cls, self).step(*args),  # the wrapped step, not dadt's
             process_set=process_set)
         self.process_set = process_set
-        engine = training_modes.ENGINES[mode]
+        engine = training_modes.AdasumEngine if op == Adasum else training_modes.ENGINES[mode]
         extra = {}
         if mode in training_modes.PERIODIC_MODES:
             extra = {"knobs": knobs, "compression": WIRE_NAMES.get(compression, "custom")}
@@ -209,7 +209,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                                   step()/synchronize(). This allows accumulating gradients over
                                   multiple mini-batches before reducing and applying them.
         op: The reduction operation to use when combining gradients across different ranks:
-            Average (default) or Sum. Adasum is not implemented.
+            Average (default) or Sum; or Adasum (mode="sync"), which steps the wrapped
+            optimizer on this rank's gradients and combines the updates across ranks with
+            Adasum, as Horovod does (docs/training-modes.md).
         gradient_predivide_factor: If op == Average, gradient_predivide_factor splits the
                                    averaging before and after the sum. Gradients are scaled by
                                    1.0 / gradient_predivide_factor before the sum and
@@ -328,9 +330,16 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
     if op == Adasum:
-        raise NotImplementedError("Adasum is not implemented in dadt; use op=Average or op=Sum")
-    if op not in (Average, Sum):
-        raise ValueError("DistributedOptimizer supports op=Average or op=Sum, got %r" % (op,))
+        if mode != "sync":
+            raise ValueError("op=Adasum combines each step's updates (mode=\"sync\"); mode=%r "
+                             "averages, use op=Average" % mode)
+        if compression is not Compression.none:
+            raise ValueError("op=Adasum combines the updates in full precision; compression= is "
+                             "not supported with it")
+        if set_id(process_set) != 0:
+            raise ValueError("op=Adasum runs on the global process set only")
+    elif op not in (Average, Sum):
+        raise ValueError("DistributedOptimizer supports op=Average, Sum or Adasum, got %r" % (op,))
     if op != Average and (mode in training_modes.PERIODIC_MODES or mode == "gossip"):
         raise ValueError("mode=%r averages the model across ranks; op= must be Average" % mode)
 

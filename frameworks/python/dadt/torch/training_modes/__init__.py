@@ -7,6 +7,7 @@ mode-dependent decision; an engine sees the optimizer only through an EngineHost
     engine.py         ModeEngine, the interface the optimizer calls; PENDING_KEY
     host.py           EngineHost, what an engine may ask of the optimizer
     sync.py           SyncEngine: Horovod's per-gradient allreduce, applied by this step
+    adasum.py         AdasumEngine: op=Adasum, each rank's step combined with Adasum
     powersgd.py       PowerSGDReducer: sync mode's low-rank gradients (Compression.powersgd)
     bucket_engine.py  BucketEngine: the buckets and gradient hooks async and dear share
     async_mode.py     AsyncEngine: step t applies step t-1's average
@@ -22,6 +23,7 @@ mode-dependent decision; an engine sees the optimizer only through an EngineHost
                       PushSumEngine: SGP, push-sum on the exponential graph (algorithm="sgp")
 """
 
+from dadt.torch.training_modes.adasum import AdasumEngine
 from dadt.torch.training_modes.async_mode import AsyncEngine
 from dadt.torch.training_modes.bucket_engine import BucketEngine
 from dadt.torch.training_modes.buckets import (DEFAULT_BUCKET_BYTES, Bucket, default_bucket_bytes,
@@ -47,7 +49,7 @@ MODES = tuple(ENGINES)
 # The modes that send less: they take the knobs of dadt.common.periodic.KNOBS.
 PERIODIC_MODES = tuple(m for m, e in ENGINES.items() if issubclass(e, PeriodicEngine))
 
-__all__ = ["AsyncEngine", "Bucket", "BucketEngine", "DEFAULT_BUCKET_BYTES", "DearEngine",
+__all__ = ["AdasumEngine", "AsyncEngine", "Bucket", "BucketEngine", "DEFAULT_BUCKET_BYTES", "DearEngine",
            "DiLoCoEngine", "EASGDEngine", "ENGINES", "EngineHost", "GOSSIP_ALGORITHMS", "GOSSIP_GRAPHS",
            "GossipEngine", "PushSumEngine", "HogwildEngine", "LocalSGDEngine", "MODES",
            "ModeEngine", "PENDING_KEY", "PERIODIC_KEY", "PERIODIC_MODES", "PeriodicEngine",
