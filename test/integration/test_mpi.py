@@ -233,6 +233,30 @@ except ValueError as e:
     assert proc.stdout.startswith("refused:") and missing in proc.stdout, proc.stdout
 
 
+def test_the_dadt_example_line_gives_the_nccl_message_on_a_cpu(tmp_path, dadtrun):
+    """The original DADT's init(broad_cast_executor='nccl', all_reduce_executor='mpi') under an MPI
+    launch: the executors may differ, so a machine without NCCL or a GPU is told that, naming the
+    argument, not that the two must match."""
+    if "nccl" in _built_backends() and _cuda_visible():
+        pytest.skip("this machine has NCCL and a GPU: the line runs (test/integration/test_gpu.py)")
+    script = write(tmp_path, "dadt_line.py", """
+import dadt.torch as dadt
+try:
+    dadt.init(cycle_duration_ms=3, broad_cast_executor='nccl', all_reduce_executor='mpi',
+              all_reduce_buffer_size=67108864, timeline_path=None)
+    print("accepted")
+except ValueError as e:
+    print("refused:", e)
+""")
+    proc = subprocess.run([dadtrun, "--mpi", "-np", "2", PY, script], env=worker_env(),
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = [m.group(2) for m in map(TAGGED.match, proc.stdout.splitlines()) if m]
+    missing = "no CUDA device visible" if "nccl" in _built_backends() else "NCCL"
+    assert len(out) == 2 and all("refused: broad_cast_executor='nccl'" in ln and missing in ln
+                                 for ln in out), proc.stdout
+
+
 def test_mpi_executor_under_gloo_launch_is_refused_clearly(tmp_path, dadtrun):
     script = write(tmp_path, "mpiexec.py", """
 import dadt.torch as dadt

@@ -14,7 +14,9 @@ from dadt.common import process_sets as process_sets_module
 from dadt.common import slurm
 from dadt.common import torchrun
 from dadt.common.exceptions import WorkerRemovedError, from_core_error
-from dadt.common.util import NOT_INITIALIZED, reset_collective_names
+from dadt.common.util import (NOT_INITIALIZED, OP_ALLGATHER, OP_ALLREDUCE, OP_ALLTOALL,
+                              OP_BROADCAST, OP_NEIGHBOR_ALLGATHER, OP_PEER_EXCHANGE,
+                              OP_REDUCESCATTER, reset_collective_names)
 
 try:
     from dadt import _core
@@ -63,31 +65,74 @@ def wait_all(handles) -> Optional[BaseException]:
     return None if error is None else from_core_error(error)
 
 
-def _pick_backend(broad_cast_executor: Optional[str], all_reduce_executor: Optional[str],
-                  with_comm: bool) -> Optional[str]:
-    """The one executor init() asks for (None: the launcher's choice). Whether this build, machine
-    and launch can run it is the runtime's decision (runtime/backends/engine_choice.h), asked
-    through ``_core.choose_engines``; a refusal is a ValueError naming the argument."""
-    chosen = None
-    for arg, value in (("broad_cast_executor", broad_cast_executor),
-                       ("all_reduce_executor", all_reduce_executor)):
-        if value is None:
-            continue
-        executor = str(value).lower()
-        if chosen is not None and executor != chosen:
-            raise ValueError("dadt runs every collective on one executor; got "
-                             "broad_cast_executor=%r and all_reduce_executor=%r"
-                             % (broad_cast_executor, all_reduce_executor))
-        chosen = executor
+# The collectives whose GPU tensors are staged through host memory although NCCL moves the job's
+# other GPU tensors: init() named 'nccl' for one of broad_cast_executor / all_reduce_executor and a
+# host engine for the other (the original DADT's `broad_cast_executor='nccl',
+# all_reduce_executor='mpi'`). Broadcast follows broad_cast_executor; every other collective
+# (allreduce, allgather, alltoall, reducescatter, point to point) follows all_reduce_executor.
+_host_staged_ops = frozenset()
+
+
+def host_staged(op_type: int) -> bool:
+    """True when a GPU tensor of collective `op_type` goes through host memory and the host
+    engine even though NCCL is the job's device data plane (see _host_staged_ops)."""
+    return op_type in _host_staged_ops
+
+
+def _check_executor(arg: str, executor: Optional[str], with_comm: bool):
+    """The engines `executor` would run here (runtime/backends/engine_choice.h, through
+    ``_core.choose_engines``); a refusal is raised naming the argument."""
     try:
-        _core.choose_engines(chosen, with_comm)
+        return _core.choose_engines(executor, with_comm)
     except _core.CoreError as e:
         error = from_core_error(e)
-        if chosen is None:
+        if executor is None:
             raise error from None
-        arg = "all_reduce_executor" if all_reduce_executor is not None else "broad_cast_executor"
-        raise type(error)("%s=%r: %s" % (arg, chosen, error)) from None
-    return chosen
+        raise type(error)("%s=%r: %s" % (arg, executor, error)) from None
+
+
+def _pick_backend(broad_cast_executor: Optional[str], all_reduce_executor: Optional[str],
+                  with_comm: bool) -> Optional[str]:
+    """The executor init() asks the runtime for (None: the launcher's choice), after checking each
+    one given on its own, so that a refusal names the argument and says what it needs (NCCL on a
+    machine without a GPU says so). The two may differ where one is 'nccl' and the other the host
+    engine of this launch: NCCL then moves the GPU tensors of the first one's collectives, and the
+    other's are staged through host memory (host_staged)."""
+    global _host_staged_ops
+    given = [(arg, str(value).lower()) for arg, value in
+             (("broad_cast_executor", broad_cast_executor), ("all_reduce_executor", all_reduce_executor))
+             if value is not None]
+    engines = {arg: _check_executor(arg, executor, with_comm) for arg, executor in given}
+    if not given:
+        _check_executor("", None, with_comm)
+    chosen = {executor for _, executor in given}
+    staged = frozenset()
+    if len(chosen) > 1:
+        if "nccl" not in chosen:
+            raise ValueError(
+                "broad_cast_executor=%r and all_reduce_executor=%r: a job has one engine for host "
+                "tensors, its controller's ('mpi' under mpirun or dadtrun --mpi, 'gloo' under "
+                "dadtrun --gloo); the two may differ only where one of them is 'nccl', for GPU "
+                "tensors" % (broad_cast_executor, all_reduce_executor))
+        host_arg, host = next((arg, e) for arg, e in given if e != "nccl")
+        nccl_host_engine = engines["broad_cast_executor" if host_arg == "all_reduce_executor"
+                                   else "all_reduce_executor"][1]
+        if nccl_host_engine != host:
+            raise ValueError(
+                "%s=%r: with the other executor 'nccl', host tensors and staged GPU tensors run "
+                "on this launch's host engine, %r; launch with %s, or ask for %r"
+                % (host_arg, host, nccl_host_engine,
+                   "dadtrun --mpi or mpirun" if host == "mpi" else "dadtrun --gloo",
+                   nccl_host_engine))
+        if host_arg == "broad_cast_executor":
+            staged = frozenset([OP_BROADCAST])
+        else:
+            staged = frozenset([OP_ALLREDUCE, OP_ALLGATHER, OP_ALLTOALL, OP_REDUCESCATTER,
+                                OP_PEER_EXCHANGE, OP_NEIGHBOR_ALLGATHER])
+        chosen = {"nccl"}
+    if not is_initialized():
+        _host_staged_ops = staged
+    return chosen.pop() if chosen else None
 
 
 def _mpi_comm_handle(comm) -> int:

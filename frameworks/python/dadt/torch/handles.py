@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 import torch
 import torch.utils.dlpack
 
-from dadt.common.basics import _core, call, on_new_incarnation, wait_all
+from dadt.common.basics import _core, call, host_staged, on_new_incarnation, wait_all
 from dadt.common.exceptions import DadtInternalError, DeviceMismatchError
 from dadt.common import in_flight
 from dadt.common.in_flight import InFlightNames
@@ -103,11 +103,12 @@ def enqueue(op_type: int, name: str, tensor: Optional[torch.Tensor],
     _names_in_flight.check(name_key)
     stream, staged_device, copy_back = 0, -1, None
     gpu = tensor is not None and tensor.is_cuda
-    if gpu and _core.device_backend() == "nccl":
+    if gpu and _core.device_backend() == "nccl" and not host_staged(op_type):
         # The runtime orders its work after the tensor's current stream (no host wait here).
         stream = torch.cuda.current_stream(tensor.device).cuda_stream
     elif gpu:
-        # No GPU data plane (Gloo or MPI executor): stage through host memory.
+        # No GPU data plane (Gloo or MPI executor), or this collective's executor is the host
+        # engine (init(broad_cast_executor='nccl', all_reduce_executor='mpi')): through host memory.
         staged_device = tensor.device.index
         gpu_output, in_place = output, output is tensor
         tensor = tensor.detach().cpu()
