@@ -175,6 +175,22 @@ void RendezvousServer::Loop() {
   }
   for (auto& [fd, c] : connections_) ::close(fd);
   connections_.clear();
+  for (const auto& [address, count] : refusals_) {
+    if (count > 1) {
+      DADT_LOG(WARNING) << "rendezvous server: refused or closed " << count
+                        << " connections from " << address << " in all";
+    }
+  }
+}
+
+void RendezvousServer::LogRefusal(const std::string& peer, const std::string& message) {
+  const std::string address = peer.substr(0, peer.rfind(':'));
+  if (++refusals_[address] == 1) {
+    DADT_LOG(WARNING) << message << " (further refusals of " << address
+                      << " are counted, and the count logged when the job ends)";
+  } else {
+    DADT_LOG(DEBUG) << message;
+  }
 }
 
 int RendezvousServer::ExpireConnections() {
@@ -209,7 +225,8 @@ int RendezvousServer::ExpireConnections() {
 void RendezvousServer::Drop(int fd, const std::string& why) {
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
-  DADT_LOG(WARNING) << "rendezvous server: closing connection from " << it->second->peer << ": " << why;
+  LogRefusal(it->second->peer,
+             "rendezvous server: closing connection from " + it->second->peer + ": " + why);
   connections_dropped_.fetch_add(1);
   ::close(fd);
   connections_.erase(it);
@@ -218,8 +235,8 @@ void RendezvousServer::Drop(int fd, const std::string& why) {
 bool RendezvousServer::MakeRoom(const std::string& peer) {
   if (connections_.size() >= options_.max_connections) {
     connections_dropped_.fetch_add(1);
-    DADT_LOG(WARNING) << "rendezvous server: refusing connection from " << peer << ": "
-                      << connections_.size() << " connections open (the limit)";
+    LogRefusal(peer, "rendezvous server: refusing connection from " + peer + ": " +
+                         std::to_string(connections_.size()) + " connections open (the limit)");
     return false;
   }
   size_t waiting = 0;
@@ -341,8 +358,8 @@ bool RendezvousServer::Flush(Connection* c) {
 
 void RendezvousServer::Reject(Connection* c, ResponseStatus status, const std::string& why) {
   requests_rejected_.fetch_add(1);
-  DADT_LOG(WARNING) << "rendezvous server: closing connection from " << c->peer << " ("
-                    << rendezvous::ResponseStatusName(status) << "): " << why;
+  LogRefusal(c->peer, "rendezvous server: closing connection from " + c->peer + " (" +
+                          rendezvous::ResponseStatusName(status) + "): " + why);
   std::string encoded;
   if (rendezvous::EncodeResponse({status, why.substr(0, 200)}, &encoded).ok()) {
     (void)rendezvous::AppendFrame(encoded, &c->out);

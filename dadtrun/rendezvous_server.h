@@ -17,7 +17,9 @@
 //  - while max_pending_output response bytes wait for a client that does not read, the server
 //    stops reading that client's requests (memory stays bounded);
 //  - when accept() runs out of descriptors, accepting pauses briefly instead of spinning.
-// Each refusal or closure is logged as one warning line naming the peer and the reason.
+// The first refusal or closure of a peer address is logged as one warning line naming the peer
+// and the reason; later ones from that address at debug level, with one warning giving their
+// count when the server stops (a flood of connections cannot flood the log).
 //
 // Threading: Start() spawns the thread; the accessors and Stop() may be called from any thread.
 //
@@ -97,6 +99,8 @@ class RendezvousServer {
   void Serve(Connection* c);
   bool Flush(Connection* c);
   void Reject(Connection* c, rendezvous::ResponseStatus status, const std::string& why);
+  // Logs a refusal of `peer` ("address:port"): a warning the first time for its address.
+  void LogRefusal(const std::string& peer, const std::string& message);
   rendezvous::Response Apply(const rendezvous::Request& request);
 
   const std::string address_;
@@ -115,6 +119,7 @@ class RendezvousServer {
   mutable std::mutex mu_;  // guards store_ (written by the loop thread and Put, read by ReadyCount and Peek)
   std::map<std::string, std::string> store_;
   std::map<int, std::unique_ptr<Connection>> connections_;  // loop thread only
+  std::map<std::string, int64_t> refusals_;                 // per peer address; loop thread only
 };
 
 }  // namespace dadtrun
