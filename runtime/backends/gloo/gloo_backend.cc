@@ -22,7 +22,7 @@
 #include <gloo/types.h>
 
 #include "runtime/backends/gloo/gloo_error.h"
-#include "runtime/backends/gloo/loop_ticker.h"
+#include "runtime/backends/gloo/mesh.h"
 #include "runtime/backends/gloo/peer_watchdog.h"
 #include "runtime/backends/gloo/ring.h"
 #include "runtime/backends/shm/shm_allreduce.h"
@@ -56,20 +56,6 @@ void IgnoreSigpipeUnlessHandled() {
   }
 }
 
-::gloo::transport::tcp::attr DeviceAttr(const BackendOptions& options) {
-  ::gloo::transport::tcp::attr attr;
-  if (!options.iface.empty()) {
-    attr.iface = options.iface;
-  } else if (options.local_size == options.size) {
-    attr.hostname = "127.0.0.1";  // every rank on this host: loopback, no name resolution
-  } else {
-    char name[256] = {0};
-    gethostname(name, sizeof(name) - 1);
-    attr.hostname = name;
-  }
-  return attr;
-}
-
 ::gloo::AllreduceOptions::Func ReduceFunction(DataType dtype, ReduceOp op) {
   if (dtype == DataType::kFloat32 && op == ReduceOp::kSum) {
     // The very function raw Gloo users pass, so this path is raw Gloo's speed by construction.
@@ -90,41 +76,6 @@ void SetAllreduceBuffer(::gloo::AllreduceOptions& opts, void* buf, int64_t count
   }
 }
 
-// The device starts Gloo's transport thread, which inherits the scheduling of the thread that
-// creates it: with realtime_threads, a short-lived real-time thread creates it.
-std::shared_ptr<::gloo::transport::Device> CreateDevice(
-    const BackendOptions& options, std::shared_ptr<internal::BufferRegistry> registry) {
-  if (!options.realtime_threads) return internal::CreateTrackedDevice(DeviceAttr(options), registry);
-  std::shared_ptr<::gloo::transport::Device> device;
-  std::exception_ptr error;
-  std::thread([&] {
-    (void)MakeThisThreadRealtime();  // the runtime's loop thread logs when this is not allowed
-    try {
-      device = internal::CreateTrackedDevice(DeviceAttr(options), registry);
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }).join();
-  if (error) std::rethrow_exception(error);
-  return device;
-}
-
-// The context, released through the ticker (loop_ticker.h): whoever drops the last reference (the
-// backend, a fork, the watchdog) tears the pairs and the device down without waiting on the
-// transport loop's timer.
-std::shared_ptr<::gloo::Context> WithQuickTeardown(std::shared_ptr<::gloo::Context> context,
-                                                   std::unique_ptr<internal::LoopTicker> ticker) {
-  if (!ticker) return context;
-  std::shared_ptr<internal::LoopTicker> shared_ticker(std::move(ticker));
-  ::gloo::Context* raw = context.get();
-  return std::shared_ptr<::gloo::Context>(
-      raw, [context, shared_ticker](::gloo::Context*) mutable {
-        shared_ticker->Start();
-        context.reset();        // the pairs, then (last reference) the device and its loop
-        shared_ticker.reset();  // the device is gone: just closes the eventfd
-      });
-}
-
 [[maybe_unused]] const bool kRegistered = BackendRegistry::Register("gloo", &GlooBackend::Create);
 
 }  // namespace
@@ -143,32 +94,11 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
                            " needs a rendezvous store");
   }
   IgnoreSigpipeUnlessHandled();
-  std::shared_ptr<::gloo::rendezvous::Context> context;
-  std::unique_ptr<internal::LoopTicker> ticker;
   auto registry = std::make_shared<internal::BufferRegistry>();
-  Status s = DADT_GLOO_STATUS("connect", {
-    auto device = CreateDevice(options, registry);
-    if (!options.realtime_threads) ticker = internal::LoopTicker::Attach(device);
-    context = std::make_shared<::gloo::rendezvous::Context>(options.rank, options.size);
-    // Connecting is bounded by the start timeout; collectives by the operation timeout.
-    const auto connect_timeout =
-        options.connect_timeout.count() > 0 ? options.connect_timeout : options.timeout;
-    context->setTimeout(connect_timeout);
-    StoreAdapter store(options.store, options.store_prefix, connect_timeout);
-    // Connecting waits on the transport loop too (loop_ticker.h): keep it turning meanwhile.
-    if (ticker) ticker->Start();
-    context->connectFullMesh(store, device);
-    if (ticker) ticker->Stop();
-    context->setTimeout(options.timeout);
-  });
-  if (!s.ok()) {
-    WithQuickTeardown(std::move(context), std::move(ticker));  // released at once
-    return Status(s.code(), s.message() + " [rank " + std::to_string(options.rank) + " of " +
-                                std::to_string(options.size) + ", store prefix '" +
-                                options.store_prefix + "']");
-  }
-  std::unique_ptr<GlooBackend> backend(new GlooBackend(
-      options, WithQuickTeardown(std::move(context), std::move(ticker)), std::move(registry)));
+  StatusOr<internal::Mesh> mesh = internal::ConnectMesh(options, registry);
+  if (!mesh.ok()) return mesh.status();
+  std::unique_ptr<GlooBackend> backend(
+      new GlooBackend(options, std::move(mesh->context), std::move(registry)));
   if (options.local_size == options.size) {  // even when disabled here: the ranks must agree
     DADT_RETURN_IF_ERROR(backend->SetUpSharedMemory(options));
   }

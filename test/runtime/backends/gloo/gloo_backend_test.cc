@@ -8,12 +8,21 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <fstream>
 #include <numeric>
+#include <set>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -215,6 +224,77 @@ TEST(GlooBackendFailureTest, PeerClosingItsConnectionsAbortsQuickly) {
   EXPECT_NE(s.message().find("allreduce"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("rank 0 of 2"), std::string::npos) << s.ToString();
   EXPECT_LT(seconds, 5);  // far below the 60 s timeout
+}
+
+// The TCP ports this network namespace listens on (IPv4, /proc/net/tcp state 0A).
+std::set<int> ListeningPorts() {
+  std::set<int> ports;
+  std::ifstream in("/proc/net/tcp");
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    if (state != "0A") continue;
+    ports.insert(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+  }
+  return ports;
+}
+
+// A stranger that, like a port scanner, connects to each port that starts listening after it
+// starts, and closes at once; it stops once one of its connections was accepted.
+class Stranger {
+ public:
+  Stranger() : before_(ListeningPorts()), thread_([this] { Run(); }) {}
+  ~Stranger() {
+    stop_ = true;
+    thread_.join();
+  }
+  int accepted() const { return accepted_; }
+
+ private:
+  void Run() {
+    std::set<int> tried;
+    while (!stop_ && accepted_ == 0) {
+      for (int port : ListeningPorts()) {
+        if (before_.count(port) || !tried.insert(port).second) continue;
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(static_cast<uint16_t>(port));
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) ++accepted_;
+        ::close(fd);
+      }
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+  }
+  const std::set<int> before_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
+};
+
+TEST(GlooBackendTest, AStrangerOnAPairsPortWhileTheMeshFormsCostsOneAttempt) {
+  // Rank 1 comes 500 ms late, so the stranger reaches rank 0's listening pair first: that
+  // attempt fails on both ranks, and the mesh forms again on fresh ports.
+  Stranger stranger;
+  ::testing::internal::CaptureStderr();
+  testutil::RunRanks("gloo", 2, [](int rank, Backend& b) {
+    std::vector<float> v(1000, static_cast<float>(rank + 1));
+    EXPECT_OK(b.Allreduce(v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum));
+    EXPECT_EQ(v.front(), 3.0f);
+    EXPECT_EQ(v.back(), 3.0f);
+  }, milliseconds(60000), [](BackendOptions& o) {
+    o.local_size = o.size;
+    o.connect_timeout = milliseconds(2000);  // bounds the hijacked attempt (about 5 x 2 s)
+    if (o.rank == 1) std::this_thread::sleep_for(milliseconds(500));
+  });
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_GE(stranger.accepted(), 1) << "the stranger found no port";
+  EXPECT_NE(log.find("the mesh did not form"), std::string::npos) << log;
+  EXPECT_NE(log.find("attempt 2 of 3"), std::string::npos) << log;
 }
 
 TEST(GlooBackendFailureTest, StalledPeerTimesOut) {

@@ -1,0 +1,157 @@
+#include "runtime/backends/gloo/mesh.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "runtime/backends/gloo/gloo_error.h"
+#include "runtime/backends/gloo/loop_ticker.h"
+#include "runtime/backends/gloo/store_adapter.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/thread_priority.h"
+
+namespace dadt {
+namespace backends {
+namespace gloo {
+namespace internal {
+namespace {
+
+::gloo::transport::tcp::attr DeviceAttr(const BackendOptions& options) {
+  ::gloo::transport::tcp::attr attr;
+  if (!options.iface.empty()) {
+    attr.iface = options.iface;
+  } else if (options.local_size == options.size) {
+    attr.hostname = "127.0.0.1";  // every rank on this host: loopback, no name resolution
+  } else {
+    char name[256] = {0};
+    gethostname(name, sizeof(name) - 1);
+    attr.hostname = name;
+  }
+  return attr;
+}
+
+// The device starts Gloo's transport thread, which inherits the scheduling of the thread that
+// creates it: with realtime_threads, a short-lived real-time thread creates it.
+std::shared_ptr<::gloo::transport::Device> CreateDevice(
+    const BackendOptions& options, std::shared_ptr<internal::BufferRegistry> registry) {
+  if (!options.realtime_threads) return internal::CreateTrackedDevice(DeviceAttr(options), registry);
+  std::shared_ptr<::gloo::transport::Device> device;
+  std::exception_ptr error;
+  std::thread([&] {
+    (void)MakeThisThreadRealtime();  // the runtime's loop thread logs when this is not allowed
+    try {
+      device = internal::CreateTrackedDevice(DeviceAttr(options), registry);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }).join();
+  if (error) std::rethrow_exception(error);
+  return device;
+}
+
+// The context, released through the ticker (loop_ticker.h): whoever drops the last reference (the
+// backend, a fork, the watchdog) tears the pairs and the device down without waiting on the
+// transport loop's timer.
+std::shared_ptr<::gloo::Context> WithQuickTeardown(std::shared_ptr<::gloo::Context> context,
+                                                   std::unique_ptr<internal::LoopTicker> ticker) {
+  if (!ticker) return context;
+  std::shared_ptr<internal::LoopTicker> shared_ticker(std::move(ticker));
+  ::gloo::Context* raw = context.get();
+  return std::shared_ptr<::gloo::Context>(
+      raw, [context, shared_ticker](::gloo::Context*) mutable {
+        shared_ticker->Start();
+        context.reset();        // the pairs, then (last reference) the device and its loop
+        shared_ticker.reset();  // the device is gone: just closes the eventfd
+      });
+}
+
+// Every rank's outcome of one attempt, through the store: each rank sets its own ("ok" or why it
+// failed), rank 0 reads them all and publishes the verdict ("ok", or the failures), which every
+// rank reads. An error here (the store or a rank gone) ends the attempts.
+StatusOr<std::string> MeshVerdict(const BackendOptions& options, const std::string& prefix,
+                                  const Status& mine, std::chrono::milliseconds timeout) {
+  KeyValueStore* store = options.store;
+  const std::string keys = prefix + "mesh_verdict/";
+  DADT_RETURN_IF_ERROR(store->Set(keys + std::to_string(options.rank),
+                                  mine.ok() ? "ok" : mine.message().substr(0, 300)));
+  if (options.rank == 0) {
+    std::string failures;
+    for (int r = 0; r < options.size; ++r) {
+      std::string v;
+      DADT_ASSIGN_OR_RETURN(v, store->Get(keys + std::to_string(r), timeout));
+      if (v != "ok") failures += (failures.empty() ? "rank " : "; rank ") + std::to_string(r) + ": " + v;
+    }
+    DADT_RETURN_IF_ERROR(store->Set(keys + "all", failures.empty() ? "ok" : failures));
+  }
+  return store->Get(keys + "all", timeout);
+}
+
+}  // namespace
+
+StatusOr<Mesh> ConnectMesh(const BackendOptions& options, std::shared_ptr<BufferRegistry> registry) {
+  // Meeting in the store is bounded by the start timeout; connecting the pairs once every
+  // address is known by kPairConnectTimeout at most (a pair whose listener a stranger took retries
+  // a refused connection until then); collectives by the operation timeout.
+  const auto connect_timeout =
+      options.connect_timeout.count() > 0 ? options.connect_timeout : options.timeout;
+  const auto pair_timeout = std::min<std::chrono::milliseconds>(connect_timeout, kPairConnectTimeout);
+  const std::string where = " [rank " + std::to_string(options.rank) + " of " +
+                            std::to_string(options.size) + ", store prefix '" +
+                            options.store_prefix + "']";
+  for (int attempt = 1;; ++attempt) {
+    const std::string prefix =
+        options.store_prefix + (attempt == 1 ? "" : "mesh" + std::to_string(attempt) + "/");
+    std::shared_ptr<::gloo::rendezvous::Context> context;
+    std::unique_ptr<LoopTicker> ticker;
+    Status s = DADT_GLOO_STATUS("connect", {
+      auto device = CreateDevice(options, registry);
+      if (!options.realtime_threads) ticker = LoopTicker::Attach(device);
+      context = std::make_shared<::gloo::rendezvous::Context>(options.rank, options.size);
+      context->setTimeout(pair_timeout);
+      StoreAdapter store(options.store, prefix, connect_timeout);
+      // Connecting waits on the transport loop too (loop_ticker.h): keep it turning meanwhile.
+      if (ticker) ticker->Start();
+      context->connectFullMesh(store, device);
+      if (ticker) ticker->Stop();
+      context->setTimeout(options.timeout);
+    });
+    // A rank that failed closes its pairs and listeners before it waits for the verdict, so that
+    // its peers' connections are refused at once rather than left waiting for a handshake.
+    if (!s.ok()) WithQuickTeardown(std::move(context), std::move(ticker));  // released at once
+    // Gloo retries a refused connection (five times, each up to the pair timeout) before a
+    // peer of a failed rank gives up: the verdict waits that long.
+    StatusOr<std::string> verdict =
+        MeshVerdict(options, prefix, s, connect_timeout + 6 * pair_timeout);
+    if (verdict.ok() && *verdict == "ok" && s.ok()) {
+      return Mesh{WithQuickTeardown(std::move(context), std::move(ticker))};
+    }
+    if (s.ok()) WithQuickTeardown(std::move(context), std::move(ticker));  // released at once
+    if (!verdict.ok()) {
+      const Status& first = s.ok() ? verdict.status() : s;
+      return Status(first.code(), first.message() + where);
+    }
+    if (attempt == kMeshAttempts) {
+      return Status(s.ok() ? StatusCode::kAborted : s.code(),
+                    "the Gloo mesh did not form in " + std::to_string(kMeshAttempts) +
+                        " attempts (a process that is not a rank of this job may be connecting to "
+                        "the ranks' ports); last attempt: " + *verdict + where);
+    }
+    DADT_LOG(WARNING) << "gloo: the mesh did not form (" << *verdict << "); forming it again on "
+                      << "new ports, attempt " << attempt + 1 << " of " << kMeshAttempts
+                      << " (a process that is not a rank of this job may have connected to a "
+                      << "rank's port)";
+  }
+}
+
+}  // namespace internal
+}  // namespace gloo
+}  // namespace backends
+}  // namespace dadt
