@@ -40,7 +40,7 @@ from sklearn.model_selection import train_test_split
 import dadt.torch as dadt
 
 
-def parse_args():
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--lr", type=float, default=0.05, help="learning rate of one rank; scaled by size()")
@@ -58,7 +58,7 @@ def parse_args():
                    help="rank 0 appends 'epoch processed_num sha256-of-weights' each time training "
                         "(re)starts from the synced state (tests)")
     p.add_argument("--step-log", default=None, help="each rank appends timestamped events (benchmarks)")
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
 def load_data(seed):
@@ -76,8 +76,10 @@ def weights_digest(state_dict):
     return digest.hexdigest()
 
 
-def main():
-    args = parse_args()
+def main(argv=None):
+    """Trains; returns the final test accuracy (examples/ray/train_digits_elastic_ray.py runs this
+    in each rank's Ray actor with its own argv)."""
+    args = parse_args(argv)
     torch.set_num_threads(1)
     dadt.init()
     x_train, x_test, y_train, y_test = load_data(args.seed)
@@ -179,6 +181,7 @@ def main():
     if dadt.rank() == 0:
         print(f"final test accuracy: {accuracy:.4f}", flush=True)
     dadt.shutdown()
+    return accuracy
 
 
 if __name__ == "__main__":

@@ -6,11 +6,15 @@ A local Ray instance (2 CPUs) in this process serves the one-node tests: the ran
 (examples/ray/train_digits_ray.py, a driver of its own) to accuracy >= 0.90, a rank that raises, shutdown()
 leaving no process, and the Ray Train example (examples/ray/train_digits_ray_train.py). Then a cluster of two
 nodes in two network namespaces (tools/netns_hosts.sh: `ray start --head` in h1, `ray start --address` in h2)
-runs one rank per node (num_hosts=2, STRICT_SPREAD). Skipped without Ray (pip install 'dadt[ray]'); the two
-namespace hosts are skipped without root and `ip netns`. About 1.5 minutes on 2 cores.
+runs one rank per node (num_hosts=2, STRICT_SPREAD), and an elastic job (min_workers=1: the elastic digits
+example, examples/ray/train_digits_elastic_ray.py) whose h2 node is killed mid-training and that finishes on h1.
+Locally, an elastic job's checks (arguments, the refused calls) and the same example on one node. Skipped
+without Ray (pip install 'dadt[ray]'); the two namespace hosts are skipped without root and `ip netns`. About
+2.5 minutes on 2 cores.
 """
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -205,6 +209,85 @@ def test_ray_train_backend(cluster, tmp_path):
     assert last and float(last[-1].rsplit(" ", 1)[1]) >= 0.90, out[-3000:]
 
 
+
+def test_elastic_refused_calls(cluster):
+    """What an elastic job does not do (its argument checks are test/python_unit/test_ray_places.py)."""
+    from dadt.ray import RayExecutor
+    settings = RayExecutor.create_settings()
+    ex = RayExecutor(settings, min_workers=1, max_workers=2, elastic_timeout=5)
+    with pytest.raises(ValueError, match="executable_cls"):
+        ex.start(executable_cls=Offset)
+    ex.start()
+    try:
+        with pytest.raises(NotImplementedError, match="run\\(\\) only"):
+            ex.execute(lambda _: None)
+    finally:
+        ex.shutdown()
+
+
+def test_elastic_digits_one_node(cluster):
+    """The elastic example on the local instance: one round of two ranks (max_workers=2, a CPU each)."""
+    proc, _ = _driver([os.path.join(EXAMPLES, "train_digits_elastic_ray.py"), "--address", cluster,
+                       "--min-workers", "1", "--max-workers", "2", "--", "--epochs", "5"])
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "dadt.ray: elastic: round 1: 2 worker(s) on " in out, out[-3000:]
+    last = [ln for ln in proc.stdout.splitlines() if ln.startswith("ranks: ")]
+    assert last and last[-1].startswith("ranks: 2; final test accuracy (rank 0): "), out[-3000:]
+    assert float(last[-1].rsplit(" ", 1)[1]) >= 0.90, last
+
+
+def elastic_steps(marker, die_rank, steps=20):
+    """Elastic allreduces in a TorchState loop; rank ``die_rank`` of the first world to reach step 5 dies (its
+    actor's process exits) unless ``marker`` exists. Returns (size, last sum, steps done) on every rank."""
+    import os
+    import time
+    import torch
+    import dadt.torch as dadt
+    dadt.init()
+    state = dadt.elastic.TorchState(step=0)
+
+    @dadt.elastic.run
+    def train(state):
+        total = torch.zeros(1)
+        while state.step < steps:
+            total = dadt.allreduce(torch.ones(1), op=dadt.Sum, name="s%d" % state.step)
+            if dadt.rank() == die_rank and state.step == 5 and not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(1)
+            state.step += 1
+            state.commit()
+            time.sleep(0.02)
+        return dadt.size(), total.item(), state.step
+
+    return train(state)
+
+
+def test_elastic_worker_dies_below_min_workers(cluster, executors, tmp_path, capfd):
+    """min_workers=2 of the local instance's 2 CPUs and a worker that dies: its node is not used again in the run
+    (no cooldown_range), so the run fails after elastic_timeout, naming what was lost."""
+    ex = executors(min_workers=2, max_workers=2, elastic_timeout=4)
+    ex.start()
+    start = time.monotonic()
+    with pytest.raises(RuntimeError) as info:
+        ex.run(elastic_steps, args=[str(tmp_path / "died"), 1])
+    text = str(info.value)
+    assert "1 worker(s) up, fewer than min_workers=2, for 4 s (elastic_timeout)" in text, text
+    assert re.search(r"nodes lost: [\d.]+ \(worker [\d.]+/\d/\d died at ", text), text
+    assert time.monotonic() - start < 40
+    assert "is not used again in this run (no cooldown_range)" in capfd.readouterr().err
+
+
+def test_elastic_worker_dies_and_is_replaced(cluster, executors, tmp_path):
+    """Rank 0 dies, with cooldown_range=[1, 2]: the node rests 1 s, a new worker starts there, and the
+    survivor (rank 0 of the next rounds) goes on with it from its last commit; every rank ends at size 2 after
+    all the steps."""
+    ex = executors(min_workers=2, max_workers=2, cooldown_range=[1, 2], elastic_timeout=30)
+    ex.start()
+    got = ex.run(elastic_steps, args=[str(tmp_path / "died"), 0])
+    assert got == [(2, 2.0, 20), (2, 2.0, 20)], got
+    assert (tmp_path / "died").exists()
+
 # ---- two nodes in two network namespaces ---------------------------------------------------------------------
 
 NETNS = os.path.join(REPO, "tools", "netns_hosts.sh")
@@ -248,16 +331,21 @@ def _why_no_namespaces():
 
 @pytest.fixture
 def ray_on_two_hosts(tmp_path):
-    """`ray start --head` in namespace h1 and `ray start --address` in h2 (one CPU each); the head's address.
+    """`ray start --head` in namespace h1 and `ray start --address` in h2 (one CPU each); the head's address,
+    Ray's authentication variables, and a function that starts h2's node again (after a test killed it).
     Each `ray start --block` runs in its own process group, which teardown ends (SIGTERM: ray stops its
     processes; then SIGKILL for anything left)."""
     why = _why_no_namespaces()
     if why:
         pytest.skip(why)
-    up = subprocess.run(["bash", NETNS, "up"], capture_output=True, text=True, timeout=120)
-    if up.returncode != 0:
-        subprocess.run(["bash", NETNS, "down"], capture_output=True, timeout=120)
-        pytest.fail("tools/netns_hosts.sh up failed:\n%s\n%s" % (up.stdout, up.stderr))
+    # Hosts someone else brought up (a session that shares this machine) are used as they are and left up.
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    ours = not all(h in listed for h in NODE_ADDR)
+    if ours:
+        up = subprocess.run(["bash", NETNS, "up"], capture_output=True, text=True, timeout=120)
+        if up.returncode != 0:
+            subprocess.run(["bash", NETNS, "down"], capture_output=True, timeout=120)
+            pytest.fail("tools/netns_hosts.sh up failed:\n%s\n%s" % (up.stdout, up.stderr))
     ray_cli = os.path.join(os.path.dirname(PY), "ray")
     if not os.path.exists(ray_cli):
         ray_cli = shutil.which("ray")
@@ -297,7 +385,7 @@ def ray_on_two_hosts(tmp_path):
     try:
         start("h1", "--head", "--port", str(port), "--include-dashboard=false")
         start("h2", "--address", head)
-        yield head, auth
+        yield head, auth, lambda: start("h2", "--address", head)
     finally:
         for p, log in reversed(procs):  # h2's node first, then the head
             if p.poll() is None:
@@ -315,7 +403,8 @@ def ray_on_two_hosts(tmp_path):
         left = _ray_processes_in(NODE_ADDR)
         for temp in temps:
             shutil.rmtree(temp, ignore_errors=True)
-        subprocess.run(["bash", NETNS, "down"], capture_output=True, timeout=120)
+        if ours:
+            subprocess.run(["bash", NETNS, "down"], capture_output=True, timeout=120)
         assert not left, "processes left in the namespaces after the Ray nodes stopped: %s" % left
 
 
@@ -342,7 +431,7 @@ def _ray_processes_in(hosts, seconds=10.0):
 def test_two_namespace_hosts(ray_on_two_hosts, tmp_path):
     script = tmp_path / "two_host_driver.py"
     script.write_text(TWO_HOST_DRIVER)
-    head, auth = ray_on_two_hosts
+    head, auth, _ = ray_on_two_hosts
     proc, _ = _driver([str(script), head], prefix=["ip", "netns", "exec", "h1"], env=auth)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
@@ -354,3 +443,90 @@ def test_two_namespace_hosts(ray_on_two_hosts, tmp_path):
     assert sorted(g["host"] for g in got) == sorted(NODE_ADDR.values()), got
     assert all(g["iface"] == "dadt0" for g in got), got  # the interface of each node's IP
     assert {g["addr"] for g in got} == {got[0]["host"]}, got  # rank 0's node serves the store
+
+
+def _kill_host(host):
+    """A node's death: SIGKILL every process in the host's namespace but its sshd (its raylet, its
+    `ray start`, the actors' workers). Returns what was killed."""
+    killed = []
+    for pid in subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True).stdout.split():
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            if "sshd" in cmd:
+                continue
+            os.kill(int(pid), signal.SIGKILL)
+            killed.append("%s %s" % (pid, cmd[:60]))
+        except (OSError, ProcessLookupError):
+            pass
+    return killed
+
+
+def _job_processes_in(host):
+    """The processes of a dadt job in the host's namespace: its actors' workers and its store."""
+    left = []
+    for pid in subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True).stdout.split():
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "DadtRayWorker" in cmd or "serve-store" in cmd:
+            left.append("%s %s" % (pid, cmd[:80]))
+    return left
+
+
+def test_elastic_node_lost_and_back(ray_on_two_hosts, tmp_path):
+    """An elastic job on h1 and h2 (min_workers=1, max_workers=2, one rank per node); h2 is killed (raylet,
+    actors) mid-training: the job goes on on h1 from its last commit; then h2's node starts again and the job
+    takes it (a host-update notice, a third round of two ranks), and reaches >= 0.90."""
+    head, auth, restart_h2 = ray_on_two_hosts
+    progress = tmp_path / "progress"
+    log = open(tmp_path / "driver.log", "w+")
+    driver = subprocess.Popen(
+        ["ip", "netns", "exec", "h1", PY, os.path.join(EXAMPLES, "train_digits_elastic_ray.py"), "--address", head,
+         "--min-workers", "1", "--max-workers", "2", "--elastic-timeout", "60", "--timeout", "30", "--",
+         "--epochs", "16", "--step-delay", "0.03", "--progress-file", str(progress)],
+        env=worker_env(**dict(DRIVER_ENV, **auth)), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        cwd=REPO, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and driver.poll() is None:  # two ranks well into epoch 2
+            if progress.exists() and sum(1 for ln in progress.read_text().splitlines() if ln.startswith("2 ")) >= 40:
+                break
+            time.sleep(0.2)
+        log.seek(0)
+        text = log.read()
+        assert "round 1: 2 worker(s) on 10.211.0.11, 10.211.0.12" in text and driver.poll() is None, text[-4000:]
+        assert _kill_host("h2"), "nothing to kill in h2"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and driver.poll() is None and "round 2: " not in text:
+            time.sleep(0.2)
+            log.seek(0)
+            text = log.read()
+        assert "round 2: 1 worker(s) on 10.211.0.11 (reset 1)" in text, text[-4000:]
+        restart_h2()
+        try:
+            driver.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            pass
+        log.seek(0)
+        text = log.read()
+        assert driver.returncode == 0, text[-5000:]
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+        log.close()
+    assert "worker 10.211.0.12/0/2 lost" in text, text[-4000:]
+    assert "round 3: 2 worker(s) on 10.211.0.11, 10.211.0.12 (reset 2)" in text, text[-4000:]
+    sizes = [int(m) for m in re.findall(r"epoch \d+ size (\d) ", text)]
+    assert 1 in sizes and sizes[-1] == 2, sizes  # epochs ran at size 1 after the loss, at 2 once h2 was back
+    last = [ln for ln in text.splitlines() if ln.startswith("ranks: ")]
+    assert last and last[-1].startswith("ranks: 2; final test accuracy (rank 0): "), text[-3000:]
+    assert float(last[-1].rsplit(" ", 1)[1]) >= 0.90, last
+    deadline = time.monotonic() + 15  # the actors and the store end with the driver
+    while (_job_processes_in("h1") or _job_processes_in("h2")) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not _job_processes_in("h1") and not _job_processes_in("h2"), (_job_processes_in("h1"),
+                                                                          _job_processes_in("h2"))

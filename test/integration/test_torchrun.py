@@ -7,8 +7,9 @@ size) and the sum. Forms: `torchrun --standalone`, the static form (--master-add
 torchrun processes as two nodes), the c10d rendezvous, torchrun reading a pod's PET_* variables, one plain
 process per pod (PyTorchJob without torchrun, where torch.distributed shares MASTER_PORT afterwards), restarts
 (--max-restarts 1: one node, where the restarted rank 1 reads the failed attempt's entry first, and two c10d
-nodes, which may disagree on the restart count), and two nodes in two network namespaces (skipped without root
-and `ip netns`). About 10 s per test on 2 cores, most of it torch's import.
+nodes, which may disagree on the restart count), elastic membership (`--nnodes 1:2`: two nodes, one killed, the
+other restarted at size 1), and two nodes in two network namespaces (skipped without root and `ip netns`). About
+10 s per test on 2 cores, most of it torch's import; the elastic one about 30 s.
 """
 import os
 import re
@@ -16,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -188,6 +190,78 @@ def test_c10d_restart_of_two_nodes(launch, tmp_path):
         assert got[:6] == (2, 0, 1, rank, 2, 3.0) and got[6] in ("0", "1"), (rank, got)
     assert "1" in (found[0][6], found[1][6]), found  # the second attempt, not the first
 
+
+
+ELASTIC_SCRIPT = r"""
+import os, time
+import torch
+import dadt.torch as hvd
+
+hvd.init()  # a peer's death below fails this attempt; torchrun starts the next one with the nodes left
+os.write(1, ("JOINED rank=%d size=%d pid=%d\n" % (hvd.rank(), hvd.size(), os.getpid())).encode())
+for step in range(int(os.environ["STEPS"])):
+    total = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="step%d" % step)
+    assert total.item() == hvd.size(), total
+    time.sleep(0.1)
+os.write(1, ("RESULT rank=%d size=%d\n" % (hvd.rank(), hvd.size())).encode())
+hvd.shutdown()
+"""
+
+
+def test_c10d_elastic_node_leaves(tmp_path):
+    """torchrun's elastic membership (--nnodes 1:2): two nodes meet at size 2; node B (its agent and its
+    worker: a machine that dies) is killed mid-training; A's worker fails, and A's agent restarts it in a new
+    rendezvous of one node: dadt's init() comes up at size 1 and the job ends 0. Node A hosts the rendezvous
+    store (is_host), as the node that stays must: torchrun cannot go on without it."""
+    script = tmp_path / "elastic_allreduce.py"
+    script.write_text(ELASTIC_SCRIPT)
+    marker = "dadt-tr-" + uuid.uuid4().hex[:12]
+    endpoint = "127.0.0.1:%d" % free_port()
+    logs = [open(tmp_path / ("node%s.log" % n), "w+") for n in "ab"]
+    nodes = []
+    for n, is_host in enumerate(("true", "false")):
+        argv = [TORCHRUN, "--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", endpoint, "--rdzv-id", marker, "--max-restarts", "2", "--monitor-interval", "0.5",
+                "--rdzv-conf", "is_host=%s,last_call_timeout=5" % is_host, str(script), marker]
+        nodes.append(subprocess.Popen(argv, env=worker_env(STEPS="60", OMP_NUM_THREADS="1"), stdout=logs[n],
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
+
+    def text(n):
+        logs[n].seek(0)
+        return logs[n].read()
+
+    try:
+        deadline = time.monotonic() + LIMIT_S
+        while not all("JOINED rank=%d size=2" % r in text(0) + text(1) for r in (0, 1)):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in nodes), (text(0), text(1))
+            time.sleep(0.2)
+        time.sleep(1)  # a few steps at size 2
+        pid_b = [int(m) for m in re.findall(r"JOINED rank=\d size=2 pid=(\d+)", text(1))]
+        os.killpg(nodes[1].pid, signal.SIGKILL)  # node B's agent ...
+        for pid in pid_b:
+            os.kill(pid, signal.SIGKILL)  # ... and its worker, which runs in a session of its own
+        nodes[1].wait()
+        try:
+            code = nodes[0].wait(timeout=LIMIT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail("node A still runs %d s after node B was killed:\n%s" % (LIMIT_S, text(0)[-4000:]))
+        out = text(0)
+        assert code == 0, out[-4000:]
+        assert re.search(r"JOINED rank=0 size=1 pid=\d+", out), out[-4000:]  # the new attempt, at the new size
+        assert "RESULT rank=0 size=1" in out, out[-4000:]
+        assert "DadtInternalError" in out, out[-4000:]  # the first attempt saw its peer go
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        for pid in pids_matching(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for f in logs:
+            f.close()
 
 # Two nodes in two network namespaces joined by a veth pair; each runs torchrun's static form.
 NS = ["dadt-tr-a", "dadt-tr-b"]

@@ -1,12 +1,16 @@
 """dadt.ray without a cluster: the ranks' places and environment from the hosts Ray put the workers on
 (dadt/ray/_places.py), `import dadt.ray` without Ray, and RayExecutor's argument checks (these need Ray
-installed, not running). The jobs themselves are test/integration/test_ray.py."""
+installed, not running), and an elastic job's rounds (dadt/ray/_elastic_plan.py): the rank order, the keys
+published, and the client that writes them. The jobs themselves are test/integration/test_ray.py."""
+import socket
+import struct
 import subprocess
 import sys
+import threading
 
 import pytest
 
-from dadt.ray import _places
+from dadt.ray import _elastic_plan, _places
 
 
 def test_rank_order_groups_hosts_in_order_of_first_appearance():
@@ -95,9 +99,104 @@ def test_executor_arguments():
         RayExecutor(settings, num_workers=2, gpus_per_worker=1)
     with pytest.raises(ValueError, match="give num_workers"):
         RayExecutor(settings, use_current_placement_group=False)
-    with pytest.raises(NotImplementedError, match="min_workers, max_workers.*docs/running.md"):
-        RayExecutor(settings, min_workers=1, max_workers=4)
+    # an elastic job (dadt/ray/elastic.py)
+    assert RayExecutor(settings, min_workers=1, max_workers=4).elastic.elastic_timeout == 600
+    assert RayExecutor(settings, max_workers=4).elastic.min_workers == 1
+    with pytest.raises(ValueError, match="give no num_workers"):
+        RayExecutor(settings, num_workers=2, min_workers=1)
+    with pytest.raises(ValueError, match="max_workers .1. is less than min_workers .2."):
+        RayExecutor(settings, min_workers=2, max_workers=1)
+    with pytest.raises(ValueError, match="go with min_workers/max_workers"):
+        RayExecutor(settings, num_workers=2, reset_limit=3)
+    with pytest.raises(ValueError, match="override_discovery=False"):
+        RayExecutor(settings, min_workers=1, override_discovery=False)
+    with pytest.raises(ValueError, match="cooldown_range"):
+        RayExecutor(settings, min_workers=1, cooldown_range=[10, 1])
     with pytest.raises(ValueError, match="nics"):
         RayExecutor.create_settings(nics={"eth0", "eth1"})
     with pytest.raises(RuntimeError, match="start"):
         RayExecutor(settings, num_workers=2).run(print)
+
+
+
+def _c(wid, host, slot, survivor):
+    return _elastic_plan.Candidate(wid, host, slot, survivor)
+
+
+def test_round_puts_survivors_first_and_rank_0_on_the_oldest_surviving_host():
+    # h1 lost its survivor; h2 keeps one; a new worker on h1 and one on h3
+    cands = [_c("h1/1/4", "h1", 1, False), _c("h2/0/2", "h2", 0, True), _c("h2/1/5", "h2", 1, False),
+             _c("h3/0/6", "h3", 0, False)]
+    members, left = _elastic_plan.plan_round(cands, ["h1", "h2", "h3"])
+    assert [wid for wid, _ in members] == ["h2/0/2", "h2/1/5", "h1/1/4", "h3/0/6"] and left == []
+    assert [(p["rank"], p["local_rank"], p["local_size"], p["cross_rank"], p["cross_size"]) for _, p in members] == [
+        (0, 0, 2, 0, 3), (1, 1, 2, 0, 1), (2, 0, 1, 1, 3), (3, 0, 1, 2, 3)]
+    # within a host: survivors before new workers, whatever the slot
+    members, _ = _elastic_plan.plan_round([_c("a/0/3", "a", 0, False), _c("a/1/1", "a", 1, True)], ["a"])
+    assert [wid for wid, _ in members] == ["a/1/1", "a/0/3"]
+
+
+def test_round_caps_at_max_workers_keeping_survivors():
+    cands = [_c("a/0/3", "a", 0, False), _c("b/0/1", "b", 0, True), _c("c/0/4", "c", 0, False)]
+    members, left = _elastic_plan.plan_round(cands, ["a", "b", "c"], max_workers=2)
+    assert [wid for wid, _ in members] == ["b/0/1", "a/0/3"] and left == ["c/0/4"]
+
+
+def test_round_items_follow_the_contract_order():
+    members, _ = _elastic_plan.plan_round([_c("x/0/1", "x", 0, True), _c("y/0/2", "y", 0, False)], ["x", "y"])
+    items = _elastic_plan.round_items(3, members, removed=["z/0/3"])
+    assert items == [("elastic/round/3/assign/x/0/1", "0 2 0 1 0 2"), ("elastic/round/3/assign/y/0/2", "1 2 0 1 1 2"),
+                     ("elastic/round/3/assign/z/0/3", "removed"), ("elastic/round/3/size", "2"),
+                     ("elastic/round", "3")]
+    assert _elastic_plan.notice_items(2, "added") == [("elastic/notice/2", "added"), ("elastic/notice", "2")]
+    assert _elastic_plan.finished_items(3, "x/0/1") == [("elastic/round/3/finished", "x/0/1")]
+
+
+def _one_connection_store(secret, answers):
+    """A server for one connection speaking runtime/common/rendezvous/protocol.h; records each request as
+    (op, secret, key, value) and answers with the next status of ``answers``."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    got = []
+
+    def serve():
+        conn, _ = server.accept()
+        with conn:
+            for status in answers:
+                (n,) = struct.unpack("<I", conn.recv(4, socket.MSG_WAITALL))
+                p = conn.recv(n, socket.MSG_WAITALL)
+                version, op, slen = struct.unpack_from("<BBH", p)
+                o = 4 + slen
+                (klen,) = struct.unpack_from("<H", p, o)
+                (vlen,) = struct.unpack_from("<I", p, o + 2 + klen)
+                got.append((version, op, p[4:o].decode(), p[o + 2:o + 2 + klen].decode(),
+                            p[o + 6 + klen:o + 6 + klen + vlen].decode()))
+                reply = struct.pack("<BI", status, 0)
+                conn.sendall(struct.pack("<I", len(reply)) + reply)
+        server.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return server.getsockname()[1], got, thread
+
+
+def test_store_set_writes_in_order_and_names_a_refusal():
+    port, got, thread = _one_connection_store("s" * 16, [0, 0])
+    _elastic_plan.store_set("127.0.0.1", port, "s" * 16, [("elastic/round/1/size", "2"), ("elastic/round", "1")])
+    thread.join(5)
+    assert got == [(1, 1, "s" * 16, "elastic/round/1/size", "2"), (1, 1, "s" * 16, "elastic/round", "1")]
+    port, got, thread = _one_connection_store("s" * 16, [2])
+    with pytest.raises(ConnectionError, match="refused SET elastic/round: UNAUTHORIZED"):
+        _elastic_plan.store_set("127.0.0.1", port, "wrong" * 4, [("elastic/round", "1")])
+    thread.join(5)
+
+
+def test_elastic_env_has_no_rank():
+    info = {"ip": "10.0.0.2", "iface": "eth1", "env_set": []}
+    env = _places.elastic_env(info, "10.0.0.2/0/3", "10.0.0.1", 4242, "k" * 64, 630, 30,
+                              extra={"DADT_RANK": "5", "DADT_FUSION_THRESHOLD": "0"})
+    assert env["DADT_ELASTIC"] == "1" and env["DADT_ELASTIC_WORKER_ID"] == "10.0.0.2/0/3"
+    assert env["DADT_ELASTIC_TIMEOUT"] == "630" and env["DADT_IFACE"] == "eth1" and env["DADT_FUSION_THRESHOLD"] == "0"
+    assert env["DADT_RENDEZVOUS_ADDR"] == "10.0.0.1" and env["DADT_RENDEZVOUS_PORT"] == "4242"
+    assert not any(n in env for n in _places.ELASTIC_UNSET), env

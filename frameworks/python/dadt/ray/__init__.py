@@ -19,6 +19,9 @@ actor (a child process of it), not beside the driver:
   driver's Ray job leave no store behind, and nothing but Ray API calls runs on the driver.
 * Ray Train's backend (`DadtConfig`) has no driver process of its own to host one; the same code
   path serves it from its rank 0 worker.
+* An elastic job (``RayExecutor(min_workers=..)``, dadt/ray/elastic.py) may lose any rank, rank 0
+  included, so its store runs in an actor of its own on Ray's head node instead, the one node whose
+  loss ends the cluster anyway; the driver writes the job's rounds there through that actor.
 
 The driver draws the job secret (64 hex digits) and hands it to the actors in Ray calls; anyone who
 can submit work to the Ray cluster can already run code in those actors, so the secret keeps the

@@ -71,6 +71,21 @@ CONTRACT_VARS = ("DADT_RANK", "DADT_SIZE", "DADT_LOCAL_RANK", "DADT_LOCAL_SIZE",
                  "DADT_SECRET", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 
+def _iface_env(info: Dict, iface: Optional[str], multi_host: bool, extra: Dict[str, str]) -> Dict[str, str]:
+    """The interface a rank binds: ``iface`` (Horovod's settings.nics), else across hosts the
+    interface of its node IP, unless its environment or ``extra`` names one; torch's own groups get
+    it too, as under dadtrun --network-interface."""
+    chosen = iface
+    if chosen is None and multi_host and not any(n in extra for n in IFACE_VARS) \
+            and not any(n in info.get("env_set", ()) for n in IFACE_VARS):
+        chosen = info.get("iface")
+    if not chosen:
+        return {}
+    env = {"DADT_IFACE": chosen}
+    env.update({name: chosen for name in SOCKET_IFNAME_VARS if name not in info.get("env_set", ())})
+    return env
+
+
 def job_envs(infos: Sequence[Dict], addr: str, port: int, secret: str, start_timeout_s: Optional[int] = None,
              iface: Optional[str] = None, use_gpu: bool = False,
              extra: Optional[Dict[str, str]] = None) -> List[Dict[str, str]]:
@@ -91,15 +106,7 @@ def job_envs(infos: Sequence[Dict], addr: str, port: int, secret: str, start_tim
         env = {"DADT_HOSTNAME": info["ip"]}
         if start_timeout_s is not None:
             env["DADT_START_TIMEOUT"] = str(int(start_timeout_s))
-        chosen = iface
-        if chosen is None and multi_host and not any(n in extra for n in IFACE_VARS) \
-                and not any(n in info.get("env_set", ()) for n in IFACE_VARS):
-            chosen = info.get("iface")
-        if chosen:
-            env["DADT_IFACE"] = chosen
-            for name in SOCKET_IFNAME_VARS:  # as dadtrun --network-interface: torch's own groups too
-                if name not in info.get("env_set", ()):
-                    env[name] = chosen
+        env.update(_iface_env(info, iface, multi_host, extra))
         if use_gpu and gpus_of_host[info["ip"]]:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus_of_host[info["ip"]])
         env.update(extra)
@@ -108,3 +115,25 @@ def job_envs(infos: Sequence[Dict], addr: str, port: int, secret: str, start_tim
                     "DADT_SECRET": secret})
         envs.append(env)
     return envs
+
+
+# What the rounds of an elastic job assign instead of the environment (docs/elastic.md, "Identities").
+ELASTIC_UNSET = CONTRACT_VARS[:6] + CONTRACT_VARS[10:]
+
+
+def elastic_env(info: Dict, worker_id: str, addr: str, port: int, secret: str, elastic_timeout_s: int,
+                start_timeout_s: int, iface: Optional[str] = None,
+                extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The environment of one worker of an elastic job, as dadtrun gives its elastic workers
+    (dadtrun/elastic_launch.h): DADT_ELASTIC=1, its worker id, DADT_ELASTIC_TIMEOUT, the store and
+    the secret, and no rank or size, which each round assigns. The job may span hosts at any round,
+    so each worker binds the interface of its node IP unless ``iface``, its environment or ``extra``
+    names one. ``extra`` (extra_env_vars) cannot change the contract variables."""
+    extra = {k: str(v) for k, v in (extra or {}).items() if k not in CONTRACT_VARS + ELASTIC_UNSET}
+    env = {"DADT_HOSTNAME": info["ip"], "DADT_START_TIMEOUT": str(int(start_timeout_s))}
+    env.update(_iface_env(info, iface, True, extra))
+    env.update(extra)
+    env.update({"DADT_ELASTIC": "1", "DADT_ELASTIC_WORKER_ID": worker_id,
+                "DADT_ELASTIC_TIMEOUT": str(int(elastic_timeout_s)), "DADT_CONTROLLER": "gloo",
+                "DADT_RENDEZVOUS_ADDR": addr, "DADT_RENDEZVOUS_PORT": str(port), "DADT_SECRET": secret})
+    return env

@@ -27,7 +27,8 @@ How `start()` makes the job (the package docstring, dadt/ray/__init__.py, says w
    torchrun's RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE, then extra_env_vars.
 
 The user's function calls ``dadt.init()`` itself and meets the other ranks in the store, exactly as
-under dadtrun. Elastic jobs (min_workers/max_workers) are not supported yet: RayExecutor refuses them.
+under dadtrun. With min_workers/max_workers the job is elastic instead: no placement group, the
+workers follow Ray's live nodes, and `run` drives dadt's elastic rounds (dadt/ray/elastic.py).
 """
 import dataclasses
 import logging
@@ -134,8 +135,15 @@ class RayExecutor:
         gpus_per_worker: GPUs per rank (default 1 with use_gpu).
         use_current_placement_group: when this driver runs inside a placement group (a Ray Tune
             trial), start the ranks in it instead of creating one.
-        min_workers, max_workers, reset_limit, cooldown_range, elastic_timeout, override_discovery:
-            Horovod's elastic arguments; not supported (NotImplementedError).
+        min_workers, max_workers: an elastic job (Horovod's ElasticRayExecutor; dadt/ray/elastic.py):
+            at least min_workers ranks (default 1), at most max_workers (default: a rank per free
+            slot of every live node), one slot per cpus_per_worker CPUs (and gpus_per_worker GPUs);
+            fn wraps its training in ``dadt.elastic.run``. Not with num_workers or num_hosts.
+        reset_limit: the run fails instead of its (N+1)-th reset (default unlimited).
+        cooldown_range: [MIN, MAX] s a node whose worker died rests, doubling on each repeat
+            (default: not used again in that run, as in Horovod).
+        elastic_timeout: seconds with fewer than min_workers ranks before the run fails (600).
+        override_discovery: True or None only: the hosts are Ray's live nodes.
     """
 
     @classmethod
@@ -163,12 +171,17 @@ class RayExecutor:
                  override_discovery: Optional[bool] = None):
         elastic = [n for n, v in zip(_ELASTIC_ARGS, (min_workers, max_workers, reset_limit, cooldown_range,
                                                       elastic_timeout, override_discovery)) if v is not None]
+        self.elastic = None  # elastic.ElasticParams of an elastic job
         if elastic:
-            raise NotImplementedError(
-                "dadt.ray.RayExecutor runs fixed-size jobs only; %s (Horovod's elastic Ray jobs) are not "
-                "supported yet: give num_workers, or num_hosts and num_workers_per_host (docs/running.md, "
-                "\"Ray\"). Elastic training runs under dadtrun --min-np/--max-np (docs/elastic.md)"
-                % ", ".join(elastic))
+            if min_workers is None and max_workers is None:
+                raise ValueError("%s go with min_workers/max_workers (an elastic job)" % ", ".join(elastic))
+            if num_workers is not None or num_hosts is not None or num_workers_per_host is not None:
+                raise ValueError("an elastic job (min_workers/max_workers) takes its ranks from Ray's live nodes; "
+                                 "give no num_workers, num_hosts or num_workers_per_host")
+            from dadt.ray import elastic as elastic_mod
+            self.elastic = elastic_mod.check_params(min_workers, max_workers, reset_limit, cooldown_range,
+                                                    elastic_timeout, override_discovery, _whole)
+            use_current_placement_group = False
         if num_workers is not None and num_hosts is not None:
             raise ValueError("both num_workers (%r) and num_hosts (%r) given: give num_workers, or num_hosts "
                              "with num_workers_per_host" % (num_workers, num_hosts))
@@ -180,7 +193,7 @@ class RayExecutor:
             _whole("num_hosts", num_hosts)
         if num_workers_per_host is not None:
             _whole("num_workers_per_host", num_workers_per_host)
-        if num_workers is None and num_hosts is None and not use_current_placement_group:
+        if num_workers is None and num_hosts is None and not use_current_placement_group and self.elastic is None:
             raise ValueError("give num_workers, or num_hosts (and num_workers_per_host)")
         if not isinstance(cpus_per_worker, (int, float)) or isinstance(cpus_per_worker, bool) \
                 or cpus_per_worker < 0:
@@ -203,6 +216,10 @@ class RayExecutor:
         self.store: Optional[Dict[str, Any]] = None  # {"addr", "port", "pid"}: rank 0's store
         self._placement_group = None
         self._created_placement_group = False
+        self._elastic_store = None  # elastic.StoreHolder
+        self._elastic_extra: Dict[str, str] = {}
+        self._elastic_secret = ""
+        self._elastic_store_env: Dict[str, str] = {}
 
     # ---- start --------------------------------------------------------------------------------
 
@@ -263,6 +280,22 @@ class RayExecutor:
         if len(secret) < _MIN_SECRET_LENGTH:
             raise ValueError("extra_env_vars: DADT_SECRET must have at least %d characters" % _MIN_SECRET_LENGTH)
         store_port = extra.pop("DADT_RENDEZVOUS_PORT", None)
+        if self.elastic is not None:
+            if executable_cls is not None:
+                raise ValueError("executable_cls: an elastic job's ranks come and go; run() its function instead")
+            if self._elastic_store is not None:
+                raise RuntimeError("this RayExecutor is already started; call shutdown() first")
+            from dadt.ray import elastic as elastic_mod
+            try:
+                self._elastic_store = elastic_mod.StoreHolder(self.settings)
+            except BaseException:
+                self.shutdown()
+                raise
+            self._elastic_extra, self._elastic_secret = extra, secret
+            self._elastic_store_env = {"DADT_IFACE": next(iter(self.settings.nics))} if self.settings.nics else {}
+            if store_port is not None:
+                self._elastic_store_env["DADT_RENDEZVOUS_PORT"] = store_port
+            return
         try:
             self._start(executable_cls, executable_args, executable_kwargs, extra, secret, store_port)
         except BaseException:
@@ -303,6 +336,9 @@ class RayExecutor:
     # ---- running ------------------------------------------------------------------------------
 
     def _started(self) -> List[Any]:
+        if self.elastic is not None:
+            raise NotImplementedError("an elastic RayExecutor (min_workers/max_workers) runs functions with run() "
+                                      "only, as Horovod's ElasticRayExecutor: its ranks change during the run")
         if not self.workers:
             raise RuntimeError("this RayExecutor is not started: call start() first")
         return self.workers
@@ -315,6 +351,8 @@ class RayExecutor:
         if callbacks:
             raise NotImplementedError("callbacks: dadt.ray does not forward the ranks' logs to callbacks; "
                                       "return values from fn instead")
+        if self.elastic is not None:
+            return self._run_elastic(fn, args, kwargs)
         return _gather(self.run_remote(fn, args, kwargs), _fn_name(fn))
 
     def run_remote(self, fn: Callable[..., Any], args: Optional[List] = None,
@@ -332,6 +370,18 @@ class RayExecutor:
     def execute_single(self, fn: Callable[[Any], Any]) -> Any:
         """fn(executable) on rank 0 only; its result."""
         return _gather([self._started()[0].execute.remote(fn)], _fn_name(fn))[0]
+
+    def _run_elastic(self, fn, args, kwargs) -> List[Any]:
+        """An elastic job's run (dadt/ray/elastic.py): the results of the last round's ranks, in rank
+        order."""
+        if self._elastic_store is None:
+            raise RuntimeError("this RayExecutor is not started: call start() first")
+        from dadt.ray import elastic as elastic_mod
+        store = self._elastic_store
+        store.serve(self._elastic_secret, self._elastic_store_env)
+        self.store = {"addr": store.addr, "port": store.port, "pid": store.pid}
+        job = elastic_mod.ElasticJob(self, self.elastic, store, self._elastic_extra, self._elastic_secret)
+        return job.run(fn, list(args or []), dict(kwargs or {}))
 
     # ---- the end ------------------------------------------------------------------------------
 
@@ -351,6 +401,9 @@ class RayExecutor:
                 logger.debug("dadt.ray: removing the placement group: %s", e)
         self._placement_group, self._created_placement_group = None, False
         self.store = None
+        store, self._elastic_store = self._elastic_store, None
+        if store is not None:
+            store.kill()
 
     def __enter__(self) -> "RayExecutor":
         return self

@@ -161,6 +161,30 @@ class DadtRayWorker:
     def run(self, fn: Callable[..., Any], args: Optional[List] = None, kwargs: Optional[Dict] = None) -> Any:
         return fn(*(args or []), **(kwargs or {}))
 
+    def run_elastic(self, env: Dict[str, str], job: tuple) -> Dict[str, Any]:
+        """One worker of an elastic job (dadt/ray/elastic.py): ``job`` is (fn, args, kwargs); fn's
+        ``dadt.init()`` joins the driver's rounds. {"value": fn's result}, or {"removed": True} when
+        a round removed this worker (WorkerRemovedError, a SystemExit that would end the actor)."""
+        from dadt.common.exceptions import WorkerRemovedError
+        from dadt.ray._places import ELASTIC_UNSET
+        for name in ELASTIC_UNSET:
+            os.environ.pop(name, None)
+        set_env(env)
+        fn, args, kwargs = job
+        try:
+            value = fn(*(args or []), **(kwargs or {}))
+        except WorkerRemovedError:
+            shutdown_dadt()
+            return {"removed": True}
+        shutdown_dadt()
+        return {"value": value}
+
+    def publish(self, addr: str, port: int, secret: str, items: List) -> None:
+        """The store's actor of an elastic job: writes the driver's keys (rounds, notices) into the
+        store it serves, so that the driver needs no route to it."""
+        from dadt.ray._elastic_plan import store_set
+        store_set(addr, port, secret, items)
+
     def stop(self) -> None:
         shutdown_dadt()
         stop_store()

@@ -1,0 +1,105 @@
+"""The pure parts of an elastic `RayExecutor` job (dadt/ray/elastic.py): which workers a round holds and
+with which ranks, the values a round publishes in the job's store, and a client that writes them
+there. No Ray here: test/python_unit/test_ray_elastic_plan.py checks it without a cluster.
+
+The round and its keys are dadtrun's launcher <-> worker contract (docs/elastic.md, "How the driver
+works"; runtime/core/elastic_membership.h has the worker's side), so the runtime of a rank joins a
+Ray job's rounds exactly as it joins dadtrun's. The order of the ranks follows dadtrun's round planner
+(dadtrun/round_planner.h):
+
+1. at most ``max_workers``: workers that were in an earlier round (survivors) first, then the others,
+   in the order they were started;
+2. hosts with a survivor first, in the order the job first saw them, then the other hosts, in that
+   order; within a host, survivors first, then by slot. So rank 0 is a survivor on the oldest
+   surviving host, and the state every rank syncs from rank 0 is never a fresh worker's;
+3. local and cross ranks by dadtrun's definitions (dadt/ray/_places.py).
+"""
+import socket
+import struct
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from dadt.ray import _places
+
+
+class Candidate(NamedTuple):
+    """A started worker that may take part in the next round."""
+    worker_id: str
+    host: str        # its node IP
+    slot: int        # its slot on that node
+    survivor: bool   # it was in an earlier round (it holds the committed state)
+
+
+def plan_round(candidates: Sequence[Candidate], host_order: Sequence[str],
+               max_workers: Optional[int] = None) -> Tuple[List[Tuple[str, Dict[str, int]]], List[str]]:
+    """(the round's workers in rank order, each with its place (_places.places), the ids left out).
+    ``candidates`` in the order the workers were started; ``host_order``: hosts in the order the job
+    first saw them (hosts missing there come after, in candidate order)."""
+    chosen = [c for c in candidates if c.survivor] + [c for c in candidates if not c.survivor]
+    if max_workers is not None:
+        chosen = chosen[:max_workers]
+    left_out = [c.worker_id for c in candidates if c not in chosen]
+    seen = list(host_order) + [c.host for c in candidates if c.host not in host_order]
+    first_seen = {h: seen.index(h) for h in seen}
+    with_survivor = {c.host for c in chosen if c.survivor}
+    ranked = sorted(chosen, key=lambda c: (c.host not in with_survivor, first_seen[c.host], not c.survivor, c.slot))
+    placed = _places.places([c.host for c in ranked])
+    return [(c.worker_id, p) for c, p in zip(ranked, placed)], left_out
+
+
+def round_items(round_number: int, members: Sequence[Tuple[str, Dict[str, int]]],
+                removed: Iterable[str] = ()) -> List[Tuple[str, str]]:
+    """The keys of round ``round_number`` in publishing order (docs/elastic.md, "Rounds"): every
+    assignment ("rank size local_rank local_size cross_rank cross_size", or "removed"), then the size,
+    then ``elastic/round``, which makes the round visible."""
+    prefix = "elastic/round/%d" % round_number
+    items = [("%s/assign/%s" % (prefix, wid), "%d %d %d %d %d %d" % (
+        p["rank"], p["size"], p["local_rank"], p["local_size"], p["cross_rank"], p["cross_size"]))
+        for wid, p in members]
+    items += [("%s/assign/%s" % (prefix, wid), "removed") for wid in removed]
+    items += [("%s/size" % prefix, str(len(members))), ("elastic/round", str(round_number))]
+    return items
+
+
+def notice_items(seq: int, kind: str) -> List[Tuple[str, str]]:
+    """A host-update notice (``added``, ``removed`` or ``mixed``): its kind, then the counter that the
+    ranks' ``check_host_updates()`` compares."""
+    return [("elastic/notice/%d" % seq, kind), ("elastic/notice", str(seq))]
+
+
+def finished_items(round_number: int, who: str) -> List[Tuple[str, str]]:
+    """Round ``round_number``'s end: a rank of it returned, so no later round will come."""
+    return [("elastic/round/%d/finished" % round_number, who)]
+
+
+# runtime/common/rendezvous/protocol.h: frames of a little-endian u32 length and a payload.
+_VERSION, _SET, _OK = 1, 1, 0
+_STATUS = {0: "OK", 1: "NOT_FOUND", 2: "UNAUTHORIZED", 3: "BAD_REQUEST"}
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("the store closed the connection")
+        buf += chunk
+    return buf
+
+
+def store_set(addr: str, port: int, secret: str, items: Sequence[Tuple[str, str]],
+              timeout_s: float = 10.0) -> None:
+    """SETs ``items`` in dadt's rendezvous store at addr:port, in order, over one connection
+    (the server answers each request before the next is read, so the order is the order the ranks
+    can see them in). Raises ConnectionError naming the store and the key when one is refused."""
+    s = secret.encode()
+    with socket.create_connection((addr, port), timeout=timeout_s) as sock:
+        for key, value in items:
+            k, v = key.encode(), value.encode()
+            payload = (struct.pack("<BBH", _VERSION, _SET, len(s)) + s + struct.pack("<H", len(k)) + k
+                       + struct.pack("<I", len(v)) + v)
+            sock.sendall(struct.pack("<I", len(payload)) + payload)
+            (length,) = struct.unpack("<I", _read(sock, 4))
+            status = _read(sock, length)[0]
+            if status != _OK:
+                raise ConnectionError("dadt's rendezvous store at %s:%d refused SET %s: %s"
+                                      % (addr, port, key, _STATUS.get(status, status)))
