@@ -4,7 +4,7 @@
     >>> available_frameworks()
     {'torch': '2.13.0+cpu', 'tensorflow': '2.21.0', 'keras': '3.15.1', 'jax': '0.10.2'}
 
-Each front end (dadt.torch, dadt.tensorflow, dadt.keras, dadt.jax) imports its framework through
+Each front end (dadt.torch, dadt.tensorflow, dadt.keras, dadt.jax, dadt.mxnet) imports its framework through
 `require`, so a missing one fails with an ImportError that says what to install.
 """
 
@@ -21,6 +21,8 @@ _NEEDS = {
                    "pip install tensorflow-cpu==2.21.0"),
     "keras": ("keras", ("keras",), "pip install tensorflow-cpu==2.21.0  (it brings Keras 3)"),
     "jax": ("jax", ("jax",), "pip install 'jax[cpu]==0.10.2' optax==0.2.8"),
+    "mxnet": ("mxnet", ("mxnet",), "bash tools/mxnet_venv.sh  (MXNet 1.9.1 in its own virtualenv: "
+              "it needs NumPy < 1.24)"),
 }
 
 
