@@ -162,6 +162,12 @@ void ElasticDriver::OnExit(Worker* w, int wait_status, Clock::time_point now) {
           code, now);
     return;
   }
+  if (!signaled && code == kJobFatalExitCode) {
+    Fatal(Describe(*w) + " on " + w->spec.host + " " + how + ": an error no other host would "
+              "avoid (its message is above); stopping the job",
+          code, now);
+    return;
+  }
   const FailureOutcome out = hosts_.RecordFailure(w->spec.host, w->spec.slot, now);
   if (out.host_blacklisted) {
     Say("host " + w->spec.host + " lost: " + Describe(*w) + " " + how);

@@ -81,6 +81,11 @@ struct ElasticDriverOptions {
   bool verbose = false;
 };
 
+// A worker that exits with this code met an error no other host would avoid (Python's
+// dadt.common.elastic.JOB_FATAL_EXIT_CODE: the elastic checkpoint cannot be written or read): the
+// job ends at once, with this code, instead of the worker's host being blacklisted and replaced.
+inline constexpr int kJobFatalExitCode = 86;
+
 class ElasticDriver {
  public:
   ElasticDriver(ElasticDriverOptions options, ElasticDriverHooks hooks);

@@ -212,6 +212,21 @@ TEST_F(ElasticDriverTest, ElasticTimeoutBelowMinNp) {
   EXPECT_EQ(Get(RoundKey()), "<unset>");
 }
 
+TEST_F(ElasticDriverTest, AJobFatalExitEndsTheJobAtOnceWithoutReplacingTheWorker) {
+  // A spare host is there to replace a lost worker; the elastic checkpoint that cannot be written
+  // (kJobFatalExitCode) is not a lost host, so the job ends instead, with that code.
+  options_.config.min_np = 2;
+  options_.config.elastic_timeout_seconds = 600;
+  options_.initial_hosts = {{"a", 1}, {"b", 1}, {"c", 1}};
+  script_ = [](const ElasticWorkerSpec& s) {
+    return s.host == "b" ? AwaitRound(1) + "exit " + std::to_string(kJobFatalExitCode) : "exec sleep 100";
+  };
+  const auto start = ElasticClock::now();
+  EXPECT_EQ(Run(), kJobFatalExitCode);
+  EXPECT_LT(ElasticClock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(Get(RoundKey()), "1");  // no second round
+}
+
 TEST_F(ElasticDriverTest, FailureAfterTheEndBeganFailsTheJobWithItsCode) {
   options_.config.min_np = 2;
   options_.initial_hosts = {{"a", 1}, {"b", 1}};

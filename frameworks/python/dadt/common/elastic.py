@@ -23,6 +23,7 @@ import copy
 import functools
 import os
 import sys
+import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dadt.common import elastic_checkpoint as ckpt
@@ -309,6 +310,12 @@ class ObjectState(State):
         self.add_handler(OBJECTS, _ObjectsHandler(self, dict(kwargs)))
 
 
+# The exit code of a worker whose error no other host would avoid (the elastic checkpoint cannot be
+# written or read): dadtrun's elastic driver ends the job on it (dadtrun/elastic_driver.h,
+# kJobFatalExitCode) rather than replacing the worker.
+JOB_FATAL_EXIT_CODE = 86
+
+
 def run_fn(func: Callable, reset: Callable[[], None]) -> Callable:
     """Wraps ``func(state, *args, **kwargs)`` in the elastic loop (module docstring, steps 1-3).
     ``reset`` shuts the runtime down and init()s it again (the framework's). Returns what ``func``
@@ -322,6 +329,14 @@ def run_fn(func: Callable, reset: Callable[[], None]) -> Callable:
             try:
                 state.sync_after_init(may_skip_sync)
                 return func(state, *args, **kwargs)
+            except ckpt.ElasticCheckpointError:
+                # The checkpoint's filesystem is the job's: no other host would write it, so the
+                # job ends now (dadtrun's elastic driver stops on this code) instead of every host
+                # being blacklisted in turn until --elastic-timeout.
+                traceback.print_exc()
+                print("dadt: the elastic checkpoint cannot be used; ending the job (exit code %d)"
+                      % JOB_FATAL_EXIT_CODE, file=sys.stderr, flush=True)
+                raise SystemExit(JOB_FATAL_EXIT_CODE) from None
             except DadtInternalError:
                 state.restore()
                 may_skip_sync = False
