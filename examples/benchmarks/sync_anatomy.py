@@ -1,6 +1,6 @@
 """Where a sync-mode step's time goes: forward, the wait until the first large gradient's allreduce
 starts, the span of the large allreduces on the link, and what follows the last one; against W, one
-allreduce of all gradients as one tensor (docs/performance.md, "Where the targets are out of reach").
+allreduce of all gradients as one tensor (docs/benchmarks/log.md, "Where the targets are out of reach").
 
     python examples/benchmarks/sync_anatomy.py --shape comm --dadtrun-args "-H h1:1,h2:1 \\
         --network-interface dadt0 -x DADT_REALTIME_THREADS=1"

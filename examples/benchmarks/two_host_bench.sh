@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The training-modes table on two hosts joined by a slow link (docs/performance.md, issue 6):
+# The training-modes table on two hosts joined by a slow link (docs/performance.md, "The training modes on a 10.5M-parameter MLP"; its sessions in docs/benchmarks/log.md):
 # network namespaces h1 and h2 from tools/netns_hosts.sh, 1 rank each, every packet between them
 # through a tc `tbf` qdisc on both veths (the egress towards each host), so each direction of the
 # link is limited to RATE. Runs collectives_bench.py (all-gather, reduce-scatter and allreduce on

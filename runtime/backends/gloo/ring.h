@@ -54,7 +54,7 @@ namespace internal {
 // all-gathers and reduce-scatters of 4-44 MB at 108-116 MB/s and 512 KiB (or 256 KiB) moved them
 // at 117-120 MB/s; mode="dear" on a 9.4 MB-per-layer MLP then took 266 ms a step against 286 ms
 // (1 MiB: 278 ms), and on the 10 Gbit/s link and smaller layers it was level or faster
-// (docs/performance.md, "Segment size of the rings").
+// (docs/benchmarks/log.md, "Segment size of the rings").
 constexpr int64_t kDefaultSegmentBytes = int64_t{512} << 10;
 // Each block as one segment.
 constexpr int64_t kWholeBlocks = int64_t{1} << 62;

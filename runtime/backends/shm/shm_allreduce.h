@@ -4,7 +4,7 @@
 // Why: over loopback, Gloo's ring moves each byte through the kernel twice per step (a send copy
 // and a receive copy) and wakes its transport thread per segment; a 1 MiB allreduce at 2 ranks
 // took ~0.9 ms that way; Open MPI 4.1's MPI_Allreduce of 47.6 MiB at 2 ranks takes 1.8x as long
-// as this (docs/performance.md, issue 34). With shared memory every rank copies its input in once, reduces its
+// as this (docs/benchmarks/log.md, "Real models at every contender's defaults"). With shared memory every rank copies its input in once, reduces its
 // own slice reading the others' copies directly, and copies the reduced slices out: about three
 // passes over the buffer and two barriers.
 //
