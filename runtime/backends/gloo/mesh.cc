@@ -111,12 +111,12 @@ StatusOr<Mesh> ConnectMesh(const BackendOptions& options, std::shared_ptr<Buffer
         options.store_prefix + (attempt == 1 ? "" : "mesh" + std::to_string(attempt) + "/");
     std::shared_ptr<::gloo::rendezvous::Context> context;
     std::unique_ptr<LoopTicker> ticker;
+    StoreAdapter store(options.store, prefix, connect_timeout);
     Status s = DADT_GLOO_STATUS("connect", {
       auto device = CreateDevice(options, registry);
       if (!options.realtime_threads) ticker = LoopTicker::Attach(device);
       context = std::make_shared<::gloo::rendezvous::Context>(options.rank, options.size);
       context->setTimeout(pair_timeout);
-      StoreAdapter store(options.store, prefix, connect_timeout);
       // Connecting waits on the transport loop too (loop_ticker.h): keep it turning meanwhile.
       if (ticker) ticker->Start();
       context->connectFullMesh(store, device);
@@ -126,6 +126,14 @@ StatusOr<Mesh> ConnectMesh(const BackendOptions& options, std::shared_ptr<Buffer
     // A rank that failed closes its pairs and listeners before it waits for the verdict, so that
     // its peers' connections are refused at once rather than left waiting for a handshake.
     if (!s.ok()) WithQuickTeardown(std::move(context), std::move(ticker));  // released at once
+    // A peer that never published its address within the whole meeting time (the start timeout)
+    // never reached the meeting: it will not report a verdict either, and another attempt would
+    // wait for it again. Every rank that did arrive times out on its key the same way.
+    if (!s.ok() && store.key_never_appeared()) {
+      return Status(s.code(), s.message() + where +
+                                  ": a rank did not reach init() within the start timeout "
+                                  "(dadtrun --start-timeout, DADT_START_TIMEOUT)");
+    }
     // Gloo retries a refused connection (five times, each up to the pair timeout) before a
     // peer of a failed rank gives up: the verdict waits that long.
     StatusOr<std::string> verdict =

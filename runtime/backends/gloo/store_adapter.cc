@@ -46,6 +46,11 @@ bool StoreAdapter::HexDecode(const std::string& text, std::vector<char>* out) {
   return true;
 }
 
+void StoreAdapter::Fail(const Status& status) {
+  if (status.code() == StatusCode::kTimeout) key_never_appeared_ = true;
+  throw StoreError(status);
+}
+
 void StoreAdapter::set(const std::string& key, const std::vector<char>& data) {
   Status s = store_->Set(FullKey(key), HexEncode(data));
   if (!s.ok()) throw StoreError(s);
@@ -53,7 +58,7 @@ void StoreAdapter::set(const std::string& key, const std::vector<char>& data) {
 
 std::vector<char> StoreAdapter::get(const std::string& key) {
   StatusOr<std::string> value = store_->Get(FullKey(key), timeout_);
-  if (!value.ok()) throw StoreError(value.status());
+  if (!value.ok()) Fail(value.status());
   std::vector<char> data;
   if (!HexDecode(*value, &data)) {
     throw StoreError(InternalError("rendezvous key '" + FullKey(key) +
@@ -74,7 +79,7 @@ void StoreAdapter::wait(const std::vector<std::string>& keys,
         deadline - std::chrono::steady_clock::now());
     StatusOr<std::string> value =
         store_->Get(FullKey(key), std::max(left, std::chrono::milliseconds(0)));
-    if (!value.ok()) throw StoreError(value.status());
+    if (!value.ok()) Fail(value.status());
   }
 }
 

@@ -13,7 +13,8 @@
 // get() blocks until the key exists or the timeout passes; failures are thrown as StoreError
 // (see gloo_error.h) because Gloo's Store interface has no other way to report them.
 //
-// Thread safety: as safe as the underlying KeyValueStore (which must allow concurrent calls).
+// Thread safety: as safe as the underlying KeyValueStore (which must allow concurrent calls);
+// key_never_appeared() is read after connecting, on the thread that connected.
 // Lifetime: used only while the backend connects; it does not own the KeyValueStore.
 #pragma once
 
@@ -39,16 +40,24 @@ class StoreAdapter : public ::gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
 
+  // Whether a get() or wait() ran out of time because a key never appeared: a peer that had not
+  // published its address within the timeout (it never reached the meeting), as opposed to a
+  // store that failed or a pair that could not connect.
+  bool key_never_appeared() const { return key_never_appeared_; }
+
   // Exposed for tests.
   static std::string HexEncode(const std::vector<char>& data);
   static bool HexDecode(const std::string& text, std::vector<char>* out);
 
  private:
   std::string FullKey(const std::string& key) const { return prefix_ + key; }
+  // Throws `status` as a StoreError, noting a key that never appeared.
+  [[noreturn]] void Fail(const Status& status);
 
   KeyValueStore* store_;
   const std::string prefix_;
   const std::chrono::milliseconds timeout_;
+  bool key_never_appeared_ = false;
 };
 
 }  // namespace gloo
