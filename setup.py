@@ -1,7 +1,8 @@
 """Build glue for `pip install .`: the C++ parts come from Bazel, the Python package from frameworks/python.
 
 Static metadata lives in pyproject.toml. What this file adds:
-  * dadt._core: built by `bazel build //frameworks/bindings:_core.so` and installed as dadt/_core.so;
+  * dadt._core: built by `bazel build //frameworks/bindings:_core.so` and installed as dadt/_core.so,
+    and its MPICH-ABI twin (//frameworks/bindings:_mpich/_core.so) as dadt/_mpich/_core.so;
   * dadtrun: the C++ launcher (//dadtrun:dadtrun), installed as a data file into <prefix>/bin, the
     directory that also receives console scripts (venv/bin, /usr/local/bin, ~/.local/bin with --user),
     executable bit kept.
@@ -55,13 +56,16 @@ class BazelBuildExt(build_ext):
             outputs = bazel_build.build(root=ROOT, python=sys.executable)
         except bazel_build.BazelError as e:
             sys.exit("dadt: Bazel build failed: %s" % e)
+        modules = {"dadt._core": bazel_build.CORE_MODULE, "dadt._mpich._core": bazel_build.CORE_MODULE_MPICH}
         for ext in self.extensions:
-            _copy_executable(outputs[bazel_build.CORE_MODULE], self.get_ext_fullpath(ext.name))
+            _copy_executable(outputs[modules[ext.name]], self.get_ext_fullpath(ext.name))
         _copy_executable(outputs[bazel_build.DADTRUN], os.path.join(ROOT, STAGED_DADTRUN))
 
 
 setup(
-    ext_modules=[Extension("dadt._core", sources=[])],
+    # dadt._mpich._core: the same module over the MPICH-ABI MPI engine; dadt imports it as
+    # dadt._core under MPICH's or Intel MPI's launcher (frameworks/python/dadt/_mpi_abi.py).
+    ext_modules=[Extension("dadt._core", sources=[]), Extension("dadt._mpich._core", sources=[])],
     data_files=[("bin", [STAGED_DADTRUN])],
     cmdclass={"build_py": BuildPy, "build_ext": BazelBuildExt},
 )

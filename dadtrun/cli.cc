@@ -29,6 +29,7 @@ struct RawFlags {
   std::vector<std::string> env_x;                             // -x, in order
   std::string stall_warning_s, stall_shutdown_s;  // --stall-check-{warning,shutdown}-time-seconds
   bool no_stall_check = false;
+  std::string liveness_s, liveness_shutdown_s;  // --liveness-{timeout,shutdown-time}-seconds
   bool mpi = false, check_build = false, hierarchical = false;
   std::string mpi_args;
   RawElasticFlags elastic;  // --min-np, --max-np, --host-discovery-script, ... (elastic_flags.h)
@@ -305,6 +306,24 @@ StatusOr<LaunchConfig> Convert(const RawFlags& raw, std::vector<std::string> com
     }
     c.stall_env.emplace_back(var, *value);
   }
+  // Liveness (heartbeats): each flag maps to one DADT_LIVENESS_* variable.
+  double liveness = env::kDefaultLivenessTimeoutSeconds;
+  double liveness_end = env::kDefaultLivenessShutdownTimeSeconds;
+  for (const auto& [flag, value, var, out] :
+       {std::make_tuple("--liveness-timeout-seconds", &raw.liveness_s, env::kLivenessTimeout, &liveness),
+        std::make_tuple("--liveness-shutdown-time-seconds", &raw.liveness_shutdown_s,
+                        env::kLivenessShutdownTime, &liveness_end)}) {
+    if (value->empty()) continue;
+    if (!ParseDouble(*value, out) || *out < 0) {
+      return BadValue(flag, "a number of seconds >= 0", *value);
+    }
+    c.liveness_env.emplace_back(var, *value);
+  }
+  if (liveness > 0 && liveness_end < liveness) {
+    return BadValue("--liveness-shutdown-time-seconds",
+                    "at least the liveness timeout (--liveness-timeout-seconds, default 10)",
+                    raw.liveness_shutdown_s.empty() ? "the default, 60" : raw.liveness_shutdown_s);
+  }
   if (raw.mpi && raw.gloo) return InvalidArgument("--mpi and --gloo exclude each other; pick one");
   if (!raw.mpi_args.empty() && raw.gloo) {
     return InvalidArgument("--mpi-args is for launches through mpirun; it does not apply to --gloo");
@@ -328,7 +347,7 @@ std::string UsageText() {
          "flags:\n"
          "  -np, --num-proc N          number of ranks to start (required, >= 1)\n"
          "  -H, --hosts H:N[,H:N...]   hosts and their slots; ranks fill hosts in order\n"
-         "  --hostfile FILE            hosts from FILE, one 'HOST slots=N' line each ('#' comments)\n"
+         "  --hostfile FILE            hosts from FILE, one 'HOST slots=N' or 'HOST:N' line each ('#' comments)\n"
          "  -p, --ssh-port PORT        ssh port of the remote hosts (default: ssh's own)\n"
          "  -i, --ssh-identity-file F  ssh private key for the remote hosts\n"
          "  -x NAME[=VALUE]            set NAME=VALUE for every rank, or forward NAME (repeatable)\n"
@@ -357,6 +376,10 @@ std::string UsageText() {
          "  --stall-check-shutdown-time-seconds S  end the job with an error after S seconds of such a\n"
          "                             stall (default 0: never)          -> DADT_STALL_SHUTDOWN_TIME_SECONDS\n"
          "  --no-stall-check           no stall warnings or shutdowns    -> DADT_STALL_CHECK_DISABLE\n"
+         "  --liveness-timeout-seconds S  warn on every rank when a rank has sent no heartbeat for S\n"
+         "                             seconds (default 10; 0: no heartbeats) -> DADT_LIVENESS_TIMEOUT_SECONDS\n"
+         "  --liveness-shutdown-time-seconds S  end the job when a rank has been silent for S seconds\n"
+         "                             (default 60)                      -> DADT_LIVENESS_SHUTDOWN_TIME_SECONDS\n"
          "elastic training (docs/elastic.md; Gloo only):\n"
          "  --min-np N                 fewest workers the job runs with (default: -np)\n"
          "  --max-np N                 most workers the job runs with (default: no limit)\n"
@@ -411,6 +434,8 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
   app.add_flag("--no-stall-check", raw.no_stall_check);
   app.add_option("--stall-check-warning-time-seconds", raw.stall_warning_s);
   app.add_option("--stall-check-shutdown-time-seconds", raw.stall_shutdown_s);
+  app.add_option("--liveness-timeout-seconds", raw.liveness_s);
+  app.add_option("--liveness-shutdown-time-seconds", raw.liveness_shutdown_s);
   app.add_flag("--gloo", raw.gloo);
   app.add_flag("--mpi", raw.mpi);
   app.add_option("--mpi-args", raw.mpi_args);

@@ -49,6 +49,7 @@ struct LaunchConfig {
   // -x NAME[=VALUE], in order: a value sets NAME for every rank; no value forwards dadtrun's own.
   std::vector<std::pair<std::string, std::optional<std::string>>> forward_env;
   std::vector<std::pair<std::string, std::string>> stall_env;  // --*stall-check*: DADT_STALL_*
+  std::vector<std::pair<std::string, std::string>> liveness_env;  // --liveness-*: DADT_LIVENESS_*
   ElasticConfig elastic;  // --min-np, --max-np, --host-discovery-script, ... (elastic_flags.h)
   // One line each that dadtrun prints before it launches (e.g. -H ignored beside a discovery script).
   std::vector<std::string> notices;

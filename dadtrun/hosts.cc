@@ -111,15 +111,39 @@ StatusOr<std::vector<HostSlots>> ParseHostfileText(const std::string& text,
     HostSlots h;
     h.host = words[0];
     if (h.host.find('=') != std::string::npos || h.host.find(',') != std::string::npos) {
-      return InvalidArgument(where + ": expected 'HOST slots=N', got '" + line + "'");
+      return InvalidArgument(where + ": expected 'HOST slots=N' or 'HOST:N', got '" + line + "'");
     }
     if (words.size() > 2) {
-      return InvalidArgument(where + ": expected 'HOST slots=N', got '" + line + "'");
+      return InvalidArgument(where + ": expected 'HOST slots=N' or 'HOST:N', got '" + line + "'");
+    }
+    // MPICH's and Intel MPI's form "HOST:N" (the MPI Operator writes it for them). One ':' only,
+    // so that a bare IPv6 address (several) stays a host; "[ADDR]:N" as in -H.
+    const size_t close = h.host[0] == '[' ? h.host.find(']') : std::string::npos;
+    const bool bracketed = close != std::string::npos;
+    const size_t colon = bracketed ? (close + 1 < h.host.size() && h.host[close + 1] == ':'
+                                          ? close + 1
+                                          : std::string::npos)
+                                   : h.host.rfind(':');
+    if (colon != std::string::npos && (bracketed || h.host.find(':') == colon)) {
+      const std::string host_part = h.host.substr(0, colon);
+      const std::string count = h.host.substr(colon + 1);
+      if (words.size() == 2) {
+        return InvalidArgument(where + ": give the slots once, 'HOST slots=N' or 'HOST:N', got '" +
+                               line + "'");
+      }
+      if (!ParsePositiveInt(count, &h.slots)) {
+        return InvalidArgument(where + ": the slot count in '" + words[0] +
+                               "' must be a positive integer, e.g. " + host_part + ":4");
+      }
+      h.host = bracketed ? host_part.substr(1, host_part.size() - 2) : host_part;
+      if (h.host.empty()) return InvalidArgument(where + ": '" + words[0] + "' has no host name");
+    } else if (bracketed) {
+      h.host = h.host.substr(1, close - 1);
     }
     if (words.size() == 2) {
       const std::string& kv = words[1];
       if (kv.rfind("slots=", 0) != 0 && kv.rfind("max_slots=", 0) != 0) {
-        return InvalidArgument(where + ": expected 'HOST slots=N', got '" + line + "'");
+        return InvalidArgument(where + ": expected 'HOST slots=N' or 'HOST:N', got '" + line + "'");
       }
       if (!ParsePositiveInt(kv.substr(kv.find('=') + 1), &h.slots)) {
         return InvalidArgument(where + ": the slot count in '" + kv +
@@ -129,7 +153,8 @@ StatusOr<std::vector<HostSlots>> ParseHostfileText(const std::string& text,
     hosts.push_back(h);
   }
   if (hosts.empty()) {
-    return InvalidArgument(source + " lists no hosts; write one 'HOST slots=N' line per host");
+    return InvalidArgument(source + " lists no hosts; write one 'HOST slots=N' (or 'HOST:N') line "
+                           "per host");
   }
   return hosts;
 }

@@ -1,5 +1,5 @@
 // Host lists for dadtrun: the -H/--hosts flag ("a:4,b:4", Horovod's syntax) and --hostfile files
-// ("host slots=N" lines), and the placement of ranks on them.
+// ("host slots=N" or "host:N" lines), and the placement of ranks on them.
 //
 // The parsed list is a plain vector of {host, slots}, so every spawner (ssh, mpirun) consumes the
 // same thing. Ranks are placed host by host: the first host's slots are filled first.
@@ -34,8 +34,11 @@ std::string LocalHostname();
 // True for localhost, 127.0.0.1, ::1, and `local_hostname` or its short form (case-insensitive).
 bool IsLocalHost(const std::string& host, const std::string& local_hostname);
 
-// A hostfile's text: one host per line, "host slots=N" or "host" (1 slot); '#' starts a comment;
-// blank lines are skipped. An error names `source`, the line number and what to write instead.
+// A hostfile's text: one host per line, "host slots=N" (Open MPI's form; max_slots=N too),
+// "host:N" (MPICH's and Intel MPI's; the Kubernetes MPI Operator writes either, by the job's MPI)
+// or "host" (1 slot); '#' starts a comment; blank lines are skipped. A bare IPv6 address is a
+// host ("::1"); with a slot count it is bracketed, "[::1]:2". An error names `source`, the line
+// number and what to write instead.
 StatusOr<std::vector<HostSlots>> ParseHostfileText(const std::string& text, const std::string& source);
 // Reads and parses the file at `path`.
 StatusOr<std::vector<HostSlots>> ReadHostfile(const std::string& path);

@@ -231,6 +231,9 @@ int Launch(const LaunchConfig& requested) {
     const std::string v = (*server)->Peek("cause/" + std::to_string(rank));
     return v.empty() ? -1 : std::atoi(v.c_str());
   };
+  options.unresponsive_of = [&](int rank) {
+    return (*server)->Peek("unresponsive/" + std::to_string(rank));
+  };
   Supervisor supervisor(ranks, options);
   if (!spawn_error.ok()) {
     console::Message(spawn_error.message() + (ranks.empty() ? "" : "; stopping the other ranks"));

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
+#include <string>
 #include <thread>
 
 #include "dadtrun/console.h"
@@ -59,6 +61,30 @@ std::string DefaultPython() {
 }
 
 std::string Mark(bool yes) { return yes ? "    [X] " : "    [ ] "; }
+
+// Where the ranks' liveness check writes the silent rank (DADT_LIVENESS_REPORT): a fresh name in
+// TMPDIR (or /tmp) that no rank has written yet.
+std::string LivenessReportPath() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string dir = tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp";
+  return dir + "/dadtrun-liveness-" + std::to_string(::getpid()) + "-" +
+         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+// The first line a rank wrote there without its leading rank number ("rank 1 on host h stopped
+// answering: ..."), or ""; removes the file.
+std::string TakeLivenessReport(const std::string& path) {
+  std::string line;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buf[1024];
+    if (std::fgets(buf, sizeof(buf), f) != nullptr) line = buf;
+    std::fclose(f);
+    ::unlink(path.c_str());
+  }
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  const size_t space = line.find(' ');
+  return space == std::string::npos ? "" : line.substr(space + 1);
+}
 
 }  // namespace
 
@@ -227,9 +253,13 @@ int LaunchWithMpirun(const LaunchConfig& config) {
     console::Message(master_port.status().message());
     return 1;
   }
-  const EnvMap env =
+  EnvMap env =
       MpiWorkerEnvironment(config, CurrentEnvironment(),
                            MasterAddress(config, local_hostname, *launch_addr), *master_port);
+  // Without a rendezvous server, the ranks' liveness check names a silent rank in this file
+  // (one host, or a shared /tmp); read after mpirun exits.
+  const std::string liveness_report = LivenessReportPath();
+  env[env::kLivenessReport] = liveness_report;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -288,9 +318,13 @@ int LaunchWithMpirun(const LaunchConfig& config) {
     if (done == pid) break;
   }
   sigprocmask(SIG_SETMASK, &original, nullptr);
+  const std::string silent = TakeLivenessReport(liveness_report);
   if (WIFEXITED(status)) {
     const int code = WEXITSTATUS(status);
-    if (code != 0) {
+    if (code != 0 && !silent.empty()) {
+      console::Message(silent + "; the other ranks ended the job because of it (mpirun exited "
+                       "with code " + std::to_string(code) + ", every rank has been stopped)");
+    } else if (code != 0) {
       console::Message("mpirun exited with code " + std::to_string(code) +
                        "; its report above names the rank that failed, and every rank has "
                        "been stopped");

@@ -146,6 +146,18 @@ void Supervisor::OnExit(const Tracked& t, int wait_status) {
     const int cause = options_.cause_of(t.process.rank);
     for (const Tracked& c : ranks_) {
       if (c.process.rank == cause && c.running && cause != t.process.rank) {
+        const std::string silent = options_.unresponsive_of ? options_.unresponsive_of(cause) : "";
+        if (!silent.empty()) {
+          // Frozen: SIGTERM would stay pending while it is stopped; nothing of it is worth saving.
+          if (c.process.signal) {
+            c.process.signal(SIGKILL);
+          } else {
+            ::kill(-c.process.pid, SIGKILL);
+          }
+          Blame(c, code, silent + " (pid " + std::to_string(c.process.pid) + "); " + what +
+                             " because of it");
+          return;
+        }
         deferred_ = Deferred{t.process.rank, cause, code, what,
                              std::chrono::steady_clock::now() + options_.cause_wait};
         if (options_.verbose) console::Message(what + "; waiting for rank " + std::to_string(cause) + ", which caused it");

@@ -6,7 +6,9 @@
 //   2. A rank exiting non-zero or dying from a signal, while nothing is stopping yet, is reported
 //      ("rank 1 (pid 123) exited with code 3; stopping the other ranks") and decides the exit code
 //      (its code, or 128+signal). Every rank's process group gets SIGTERM; after failure_grace,
-//      SIGKILL.
+//      SIGKILL. When the failing rank names a cause that is still running, the cause is blamed
+//      once it exits (or after cause_wait); at once, and killed, when the others' liveness check
+//      recorded it as unresponsive (a stopped process never exits by itself).
 //   3. SIGINT/SIGTERM/SIGHUP to dadtrun are forwarded to every rank's process group; after
 //      signal_grace the survivors get SIGKILL. A second signal sends SIGKILL at once. The exit code
 //      is 128+signal.
@@ -55,6 +57,10 @@ struct SupervisorOptions {
   std::function<int(int rank)> cause_of;
   // How long to wait for the causing rank's own exit status before blaming the rank at hand.
   std::chrono::milliseconds cause_wait{3000};
+  // What the other ranks' liveness check recorded about `rank` ("unresponsive/<rank>": "rank 1
+  // on host h stopped answering: no heartbeat for 6.0 s"), or "". A causing rank recorded so is
+  // blamed at once, without waiting for its exit (it is stopped: it will not exit), and killed.
+  std::function<std::string(int rank)> unresponsive_of;
 };
 
 // SIGINT, SIGTERM, SIGHUP and SIGCHLD.

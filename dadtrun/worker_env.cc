@@ -77,6 +77,7 @@ EnvMap WorkerEnvironment(const LaunchConfig& config, const JobEndpoints& endpoin
   }
   for (const auto& kv : config.autotune_env) env[kv.first] = kv.second;
   for (const auto& kv : config.stall_env) env[kv.first] = kv.second;
+  for (const auto& kv : config.liveness_env) env[kv.first] = kv.second;
 
   env[env::kTorchRank] = rank_s;
   env[env::kTorchWorldSize] = size;

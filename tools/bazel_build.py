@@ -4,7 +4,7 @@
 One place for the targets and the flags, so that `make build`, `make test` (bazel test) and the build
 that pip runs all hit the same Bazel action cache instead of rebuilding each other's outputs.
 
-    python3 tools/bazel_build.py build            # build the two shipped targets, print their paths
+    python3 tools/bazel_build.py build            # build the shipped targets, print their paths
     python3 tools/bazel_build.py test [ARGS...]   # bazel test with the same flags (ARGS go last)
     python3 tools/bazel_build.py flags            # print the flags, one per line
 
@@ -32,9 +32,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # label -> path of its output under bazel-bin
 DADTRUN = "//dadtrun:dadtrun"
 CORE_MODULE = "//frameworks/bindings:_core.so"
+# The same module over the MPICH-ABI MPI engine (MPICH, Intel MPI): dadt/_mpich/_core.so.
+CORE_MODULE_MPICH = "//frameworks/bindings:_mpich/_core.so"
 TARGETS = {
     DADTRUN: "dadtrun/dadtrun",
     CORE_MODULE: "frameworks/bindings/_core.so",
+    CORE_MODULE_MPICH: "frameworks/bindings/_mpich/_core.so",
 }
 
 

@@ -3,7 +3,10 @@
 #   * Debian packages, checked one by one with `dpkg -s`; `apt-get update` runs only when one is missing;
 #   * Python packages from requirements-test.txt (torch pinned to 2.13.0, the CPU build) plus the build
 #     tools (setuptools, wheel), for the interpreter in $PYTHON (default python3), and where nvcc is
-#     found requirements-cuda.txt (the NCCL wheel of the CUDA build).
+#     found requirements-cuda.txt (the NCCL wheel of the CUDA build);
+#   * Intel MPI's runtime (requirements-impi.txt) into a prefix of its own, $DADT_IMPI_ROOT
+#     (default /opt/dadt/impi), so that its mpirun shadows nothing;
+#   * Open MPI kept as the default `mpirun`/`mpicc` (update-alternatives) next to MPICH.
 # Runs as root; otherwise through sudo. Non-interactive (CI has no stdin).
 set -euo pipefail
 
@@ -15,7 +18,9 @@ APT_PACKAGES=(
     libgloo-dev libcli11-dev nlohmann-json3-dev pybind11-dev libgtest-dev libdlpack-dev libeigen3-dev
     libyaml-cpp-dev
     libopenmpi-dev openmpi-bin
+    mpich libmpich-dev   # the MPICH-ABI build of the MPI engine (dadt/_mpich/_core.so) and its tests
     openssh-client openssh-server iproute2 procps
+    iptables   # the chaos tier's packet loss and partitions inside the namespace hosts (test/chaos)
     slurmctld slurmd slurm-client munge   # the Slurm tests (tools/slurm_cluster.sh); apt starts no daemon here
     clang libclang-rt-14-dev   # the fuzz target (tools/run_fuzz.sh): Debian 12's clang 14 and its libFuzzer
 )
@@ -69,6 +74,24 @@ if [ "${#missing[@]}" -gt 0 ]; then
 else
     log "apt: all ${#APT_PACKAGES[@]} packages present"
 fi
+
+# MPICH's packages register their mpirun/mpicc as alternatives (priority 40, Open MPI's 50), so the
+# automatic choice stays Open MPI; a machine set by hand to MPICH would run every other test's
+# `mpirun` under MPICH, so Open MPI is set back explicitly.
+keep_open_mpi() {
+    local name="$1" want="$2" now
+    [ -e "$want" ] || return 0
+    now="$(update-alternatives --query "$name" 2>/dev/null | sed -n 's/^Value: //p')"
+    [ "$now" = "$want" ] && return 0
+    # Automatic mode first (it picks Open MPI by priority); pinned by hand where it does not.
+    "${SUDO[@]}" update-alternatives --auto "$name" >/dev/null
+    [ "$(update-alternatives --query "$name" 2>/dev/null | sed -n 's/^Value: //p')" = "$want" ] \
+        || "${SUDO[@]}" update-alternatives --set "$name" "$want" >/dev/null
+    log "update-alternatives: $name -> $want (was ${now:-unset})"
+}
+keep_open_mpi mpirun /usr/bin/mpirun.openmpi
+keep_open_mpi mpi /usr/bin/mpicc.openmpi
+keep_open_mpi mpi-x86_64-linux-gnu /usr/lib/x86_64-linux-gnu/openmpi/include
 
 # ---- Python packages ----------------------------------------------------------------------------
 PIP=("$PYTHON" -m pip --no-input)
@@ -132,6 +155,17 @@ if [ "${#pip_missing[@]}" -gt 0 ]; then
     retry "${PIP[@]}" install "${pip_missing[@]}"
 else
     log "pip: all requirements present"
+fi
+
+# Intel MPI's runtime in its own prefix (requirements-impi.txt says why not beside this Python).
+IMPI_ROOT="${DADT_IMPI_ROOT:-/opt/dadt/impi}"
+impi_pin="$(sed -n 's/^impi-rt==\([^ #]*\).*/\1/p' "$ROOT/requirements-impi.txt")"
+if compgen -G "$IMPI_ROOT/lib/python*/site-packages/impi_rt-$impi_pin.dist-info" >/dev/null \
+        && [ -e "$IMPI_ROOT/lib/libmpi.so.12" ]; then
+    log "pip: Intel MPI $impi_pin present in $IMPI_ROOT"
+else
+    log "pip: installing Intel MPI runtime $impi_pin into $IMPI_ROOT"
+    retry "${PIP[@]}" install --no-deps --ignore-installed --prefix "$IMPI_ROOT" -r "$ROOT/requirements-impi.txt"
 fi
 
 # Fail here, not halfway through a build, if torch is not the pinned one.

@@ -40,7 +40,9 @@ struct EngineRequest {
 struct EngineEnvironment {
   std::string controller;         // DADT_CONTROLLER: "gloo" (the TCP star) or "mpi"
   std::string device_data_plane;  // DADT_DEVICE_BACKEND: "nccl" or "none"
-  bool under_mpirun = false;      // OMPI_COMM_WORLD_SIZE set and DADT_RANK not: plain mpirun
+  // An MPI launcher's variables (env::DetectMpiLauncher: Open MPI's mpirun, or MPICH's or Intel
+  // MPI's Hydra mpiexec/mpirun) set and DADT_RANK not: a plain mpirun
+  bool under_mpirun = false;
   bool has_rendezvous = false;    // DADT_RENDEZVOUS_ADDR set: dadtrun's rendezvous server
   int size = 1;                   // ranks in the job as the environment says
 };

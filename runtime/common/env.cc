@@ -62,6 +62,12 @@ std::string GetString(const char* name, const std::string& fallback) {
 
 bool IsSet(const char* name) { return HasValue(Source(name)); }
 
+MpiLauncher DetectMpiLauncher() {
+  if (IsSet(kOmpiWorldSize)) return MpiLauncher::kOpenMpi;
+  if (IsSet(kPmiSize) && IsSet(kHydraLocalSize)) return MpiLauncher::kHydra;
+  return MpiLauncher::kNone;
+}
+
 StatusOr<int64_t> GetInt(const char* name, int64_t fallback) {
   name = Source(name);  // errors name the variable that was read
   const char* v = std::getenv(name);

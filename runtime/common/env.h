@@ -47,6 +47,12 @@ inline constexpr const char kTorchMasterAddr[] = "MASTER_ADDR";
 inline constexpr const char kTorchMasterPort[] = "MASTER_PORT";
 // Set by Open MPI's mpirun for each rank: a plain `mpirun python train.py` uses MPI as controller.
 inline constexpr const char kOmpiWorldSize[] = "OMPI_COMM_WORLD_SIZE";
+// Set by the Hydra launchers (MPICH's and Intel MPI's mpiexec/mpirun) for each rank: a plain
+// `mpiexec python train.py` uses MPI too, through dadt's MPICH-ABI build of the MPI engine.
+inline constexpr const char kPmiRank[] = "PMI_RANK";
+inline constexpr const char kPmiSize[] = "PMI_SIZE";
+inline constexpr const char kHydraLocalRank[] = "MPI_LOCALRANKID";
+inline constexpr const char kHydraLocalSize[] = "MPI_LOCALNRANKS";
 // Set by dadtrun for each rank unless the user's environment already has them.
 inline constexpr const char kOmpNumThreads[] = "OMP_NUM_THREADS";    // 1 when ranks share a host
 inline constexpr const char kPythonUnbuffered[] = "PYTHONUNBUFFERED";  // 1, so lines show promptly
@@ -76,6 +82,12 @@ inline constexpr const char kLogLevel[] = "DADT_LOG_LEVEL";  // trace|debug|info
 inline constexpr const char kStallCheckTime[] = "DADT_STALL_CHECK_TIME_SECONDS";
 inline constexpr const char kStallShutdownTime[] = "DADT_STALL_SHUTDOWN_TIME_SECONDS";
 inline constexpr const char kStallCheckDisable[] = "DADT_STALL_CHECK_DISABLE";  // 1 = no stall check
+// Liveness (runtime/core/liveness.h): seconds without a heartbeat before a rank is reported
+// unresponsive (0 = off), and before the job ends; a file the survivors append their verdict to
+// (dadtrun --mpi sets it: there is no rendezvous server to record it in).
+inline constexpr const char kLivenessTimeout[] = "DADT_LIVENESS_TIMEOUT_SECONDS";
+inline constexpr const char kLivenessShutdownTime[] = "DADT_LIVENESS_SHUTDOWN_TIME_SECONDS";
+inline constexpr const char kLivenessReport[] = "DADT_LIVENESS_REPORT";
 inline constexpr const char kAutotune[] = "DADT_AUTOTUNE";
 inline constexpr const char kAutotuneLog[] = "DADT_AUTOTUNE_LOG";
 inline constexpr const char kAutotuneWarmupSamples[] = "DADT_AUTOTUNE_WARMUP_SAMPLES";
@@ -96,6 +108,8 @@ inline constexpr int64_t kDefaultEagerThresholdBytes = 32 * 1024;
 inline constexpr int64_t kDefaultStartTimeoutSeconds = 30;
 inline constexpr int64_t kDefaultGlooTimeoutSeconds = 300;
 inline constexpr double kDefaultStallCheckTimeSeconds = 60.0;
+inline constexpr double kDefaultLivenessTimeoutSeconds = 10.0;
+inline constexpr double kDefaultLivenessShutdownTimeSeconds = 60.0;
 
 // Horovod's names. A knob that Horovod has with the same meaning and units is also read under
 // Horovod's name, so that a Horovod job's environment works unchanged: when the DADT_ name is unset
@@ -160,6 +174,14 @@ StatusOr<bool> GetBool(const char* name, bool fallback);
 // variable only through this function, so a value such as `1e6` is refused everywhere with the
 // same message.
 StatusOr<int64_t> GetFusionThreshold(int64_t fallback = kDefaultFusionThresholdBytes);
+
+// The MPI launcher that started this process, as its variables say: Open MPI's mpirun
+// (OMPI_COMM_WORLD_SIZE), a Hydra launcher (PMI_SIZE with MPI_LOCALNRANKS: MPICH's and Intel
+// MPI's mpiexec/mpirun; Slurm's `srun --mpi=pmi2` sets PMI_SIZE alone and is not one), or none.
+// Open MPI wins when both are set. Which dadt._core the Python package loads follows the same
+// rule (frameworks/python/dadt/_mpi_abi.py: it must choose before any C++ is loaded).
+enum class MpiLauncher { kNone, kOpenMpi, kHydra };
+MpiLauncher DetectMpiLauncher();
 
 // The path of the executable regular file `name` in the first directory of PATH that has one, as
 // a shell finds it; "" when there is none (or PATH is unset). Empty PATH entries are skipped.

@@ -20,10 +20,7 @@
 
 namespace dadt {
 namespace core {
-namespace {
 
-// The IPv4 address the coordinator listens on: the chosen interface's, loopback when every rank
-// is on this host, else the address the hostname resolves to.
 StatusOr<std::string> BindAddress(const RuntimeOptions& o) {
   if (!o.iface.empty()) return net::InterfaceAddress(o.iface);
   if (o.local_size == o.size) return std::string("127.0.0.1");
@@ -40,6 +37,8 @@ StatusOr<std::string> BindAddress(const RuntimeOptions& o) {
   freeaddrinfo(res);
   return std::string(buf);
 }
+
+namespace {
 
 // The transport of options.engines.control_plane; MPI's also fills in the geometry it finds.
 StatusOr<std::unique_ptr<backends::ControlTransport>> CreateTransport(RuntimeOptions* options,

@@ -49,6 +49,11 @@ struct Engines {
 // only for the nccl executor). Reads, starts nothing.
 StatusOr<backends::EngineChoice> ChooseJobEngines(const RuntimeOptions& options, int local_ranks);
 
+// The IPv4 address this rank is reached at (the TCP star's coordinator listens on it, every
+// rank's liveness watch too): the chosen interface's, loopback when every rank is on this host,
+// else the address the hostname resolves to.
+StatusOr<std::string> BindAddress(const RuntimeOptions& o);
+
 // Settles `requested` and connects every engine; `store` may be null (see 2 above). Also sets
 // the log prefix's rank once the rank is known.
 StatusOr<Engines> ConnectEngines(const RuntimeOptions& requested,

@@ -173,8 +173,10 @@ Status ValidateEntry(const TensorEntry& e, int rank, int size) {
       return InvalidArgument("tensor " + quoted + ": unknown reduce op");
     }
     if (r.reduce_op == ReduceOp::kAdasum && r.op != OpType::kAllreduce) {
-      return InvalidArgument("tensor " + quoted + ": Adasum is an allreduce; reducescatter takes "
-                             "Sum, Average, Min, Max or Product");
+      // Not implemented (NotImplementedError, a RuntimeError, as Horovod raises) rather than bad
+      // input: the op is valid, reducescatter just has no Adasum.
+      return Unimplemented("tensor " + quoted + ": Adasum is an allreduce; reducescatter takes "
+                           "Sum, Average, Min, Max or Product");
     }
     if (r.reduce_op == ReduceOp::kAdasum && !backends::AdasumSupports(r.dtype)) {
       return InvalidArgument("tensor " + quoted + " is " + DataTypeName(r.dtype) +

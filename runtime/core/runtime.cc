@@ -20,6 +20,8 @@ void Runtime::Shutdown() {
   shutdown_requested_ = true;
   queue_.Wake();
   if (loop_.joinable()) loop_.join();
+  // Before the engines and stores go: the watch's thread uses the store when it ends the job.
+  if (liveness_) liveness_->Stop();
   if (executor_) executor_->ReleaseDevice();  // waits for GPU work, then aborts the communicator
   (void)StopTimeline();
   ReleaseEnginesAfterLoop();
@@ -160,6 +162,12 @@ bool Runtime::HandleResponsesFromLoop(const ResponseList& list) {
     AbortFromLoop(Aborted(list.reason), list.cause_rank);
     return true;
   }
+  if (liveness_) {  // what this rank now waits for in the data plane (the watch names it)
+    const auto now = Clock::now();
+    for (const Response& r : list.responses) {
+      if (Executor::MovesData(r.type)) queue_.MarkReleased(r.process_set_id, r.names, now);
+    }
+  }
   if (negotiator_) {
     if (auto again = negotiator_->Receive(list, entries_)) {
       Status s = channel_->SendToCoordinator(SerializeRequestList(*again));
@@ -198,6 +206,8 @@ void Runtime::LoopMain() {
   RunFromLoop();
   // However the loop ended, what the lanes still hold runs (or fails) before the runtime stops.
   if (lanes_) lanes_->Drain();
+  // Every rank's loop ends at about the same moment; silence after that is no news.
+  if (liveness_) liveness_->Stop();
   // Here, not in Shutdown: every rank's loop ends at about the same moment (the coordinator's
   // shutdown list), however late each user calls shutdown().
   channel_->Close();
@@ -220,6 +230,17 @@ void Runtime::RunFromLoop() {
         AbortFromLoop(failed);
         return;
       }
+    }
+    if (liveness_failed_) {  // the watch found a rank silent for the shutdown time
+      Status failure;
+      int cause;
+      {
+        std::lock_guard<std::mutex> lock(liveness_mu_);
+        failure = liveness_failure_;
+        cause = liveness_cause_;
+      }
+      AbortFromLoop(failure, cause);
+      return;
     }
     if (coordinator_) ApplyFusionParamsFromLoop();
     const auto now = Clock::now();

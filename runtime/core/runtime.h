@@ -46,6 +46,7 @@
 #include "runtime/core/fusion_params.h"
 #include "runtime/core/handle_table.h"
 #include "runtime/core/lanes.h"
+#include "runtime/core/liveness_watch.h"
 #include "runtime/core/loop_poller.h"
 #include "runtime/core/loop_thread.h"
 #include "runtime/core/response_cache.h"
@@ -114,6 +115,17 @@ class Runtime {
   // At Start, once every rank is connected: rank 0's autotuner, and the timeline from
   // DADT_TIMELINE. A failure here is broadcast to the other ranks as the job's abort cause.
   Status StartRankZeroTools();
+  // At Start, on every rank (collective: the ranks allgather their liveness records on the data
+  // plane): binds and starts the liveness watch (liveness_watch.h) when DADT_LIVENESS_* enables
+  // it. A rank that cannot bind sends an empty record, and then no rank watches.
+  Status StartLiveness();
+  // The liveness watch's thread, once, when `rank` has been silent for the shutdown time: logs
+  // `error`, records the silent rank at rendezvous ("unresponsive/<rank>", "cause/<this rank>")
+  // and in DADT_LIVENESS_REPORT, and asks the loop to abort. A rank that is not elastic then
+  // exits (code 1) after kLivenessExitGrace, even if its loop is blocked in a collective that
+  // waits for the silent rank and can never return.
+  void OnPeerUnresponsive(const std::string& error, int rank, const std::string& host,
+                          std::chrono::milliseconds silent);
 
   // The loop thread's body: binds the thread checker, runs RunFromLoop, then waits for the lanes.
   void LoopMain();
@@ -169,6 +181,13 @@ class Runtime {
   // Blocks on a process-set add or remove entry; its integer result.
   StatusOr<int64_t> RunSetChange(TensorEntry entry);
   std::atomic<int64_t> set_changes_{0};  // names the k-th add or remove: "dadt.process_set.<k>"
+
+  // Liveness: the watch, and the failure it posts for the loop thread (under liveness_mu_).
+  std::unique_ptr<LivenessWatch> liveness_;
+  std::atomic<bool> liveness_failed_{false};
+  std::mutex liveness_mu_;
+  Status liveness_failure_;
+  int liveness_cause_ = -1;
 
   std::atomic<bool> shutdown_requested_{false};
   bool shutdown_sent_ = false;

@@ -46,6 +46,7 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   }
   DADT_ASSIGN_OR_RETURN(o.realtime_threads, env::GetBool(env::kRealtimeThreads, false));
   DADT_ASSIGN_OR_RETURN(o.stall, StallOptions::FromEnv());
+  DADT_ASSIGN_OR_RETURN(o.liveness, LivenessOptions::FromEnv());
   o.iface = env::GetString(env::kIface);
   o.secret = env::GetString(env::kSecret);
   // The engines as the environment alone chooses them, so that a junk DADT_CONTROLLER or
@@ -53,7 +54,7 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   backends::EngineEnvironment& e = o.engine_environment;
   e.controller = env::GetString(env::kController);
   e.device_data_plane = env::GetString(env::kDeviceBackend);
-  e.under_mpirun = !env::IsSet(env::kRank) && env::IsSet(env::kOmpiWorldSize);
+  e.under_mpirun = !env::IsSet(env::kRank) && env::DetectMpiLauncher() != env::MpiLauncher::kNone;
   e.has_rendezvous = env::IsSet(env::kRendezvousAddr);
   e.size = o.size;
   DADT_ASSIGN_OR_RETURN(o.engines, backends::ChooseEngines({}, e, backends::BackendRegistry::Names(),

@@ -15,6 +15,7 @@
 #include "runtime/backends/engine_choice.h"
 #include "runtime/common/status.h"
 #include "runtime/common/types.h"
+#include "runtime/core/liveness.h"
 #include "runtime/core/stall_inspector.h"
 
 namespace dadt {
@@ -49,6 +50,8 @@ struct RuntimeOptions : JobGeometry {
   // and Gloo's transport thread run at real-time priority where allowed (thread_priority.h).
   bool realtime_threads = false;
   StallOptions stall;  // rank 0's stall inspector (DADT_STALL_*)
+  // Heartbeats and the unresponsive-rank check (DADT_LIVENESS_*, liveness.h); off unless FromEnv.
+  LivenessOptions liveness = LivenessOptions::Off();
   // Which init() of this process this runtime is (0 for the first; the C API counts them). Every
   // rendezvous key the engines use is scoped by it (rendezvous/scoped_store.h).
   int64_t incarnation = 0;

@@ -16,6 +16,9 @@ StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& requeste
   auto engines = ConnectEngines(requested, std::move(store));
   if (!engines.ok()) return engines.status();
   std::unique_ptr<Runtime> rt(new Runtime(std::move(*engines)));
+  // Before rank 0's tools: their failure is told to the others through the control plane, which
+  // a rank waiting in the liveness exchange would not read.
+  DADT_RETURN_IF_ERROR(rt->StartLiveness());
   Status setup = rt->StartRankZeroTools();
   if (!setup.ok()) {
     // Every rank is connected by now and would only learn of a closed channel: tell them why.

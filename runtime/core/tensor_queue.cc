@@ -3,6 +3,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace dadt {
 namespace core {
 
@@ -17,7 +19,9 @@ Status TensorQueue::Push(TensorEntry entry) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_.ok()) return closed_;
-    if (!in_flight_.insert(EntryKey(entry.request)).second) {
+    InFlightTensor t{entry.request.name, OpTypeName(entry.request.op), false,
+                     std::chrono::steady_clock::now()};
+    if (!in_flight_.emplace(EntryKey(entry.request), std::move(t)).second) {
       const int32_t set = entry.request.process_set_id;
       const std::string where =
           set == 0 ? std::string() : "in process set " + std::to_string(set) + " ";
@@ -55,6 +59,32 @@ std::vector<TensorEntry> TensorQueue::Close(Status reason) {
 void TensorQueue::Finish(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   in_flight_.erase(key);
+}
+
+void TensorQueue::MarkReleased(int32_t process_set_id, const std::vector<std::string>& names,
+                               std::chrono::steady_clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& name : names) {
+    auto it = in_flight_.find(EntryKey(process_set_id, name));
+    if (it == in_flight_.end() || it->second.in_data_plane) continue;
+    it->second.in_data_plane = true;
+    it->second.since = now;
+  }
+}
+
+std::vector<InFlightTensor> TensorQueue::InFlight(size_t limit) const {
+  std::vector<InFlightTensor> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out.reserve(in_flight_.size());
+    for (const auto& kv : in_flight_) out.push_back(kv.second);
+  }
+  std::sort(out.begin(), out.end(), [](const InFlightTensor& a, const InFlightTensor& b) {
+    if (a.in_data_plane != b.in_data_plane) return a.in_data_plane;
+    return a.since != b.since ? a.since < b.since : a.name < b.name;
+  });
+  if (out.size() > limit) out.resize(limit);
+  return out;
 }
 
 std::string EntryKey(int32_t process_set_id, const std::string& name) {

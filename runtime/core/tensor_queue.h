@@ -9,11 +9,11 @@
 // Finish when a name completes.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "runtime/common/status.h"
@@ -46,6 +46,16 @@ struct TensorEntry {
 // The entries a rank has in flight (drained, not finished), by EntryKey.
 using EntryMap = std::unordered_map<std::string, TensorEntry>;
 
+// What a rank is waiting for, as the liveness watch reports it (liveness_watch.h): the oldest
+// tensors this rank has in flight, each in negotiation (submitted, no response yet) or in the
+// data plane (released by the coordinator, its collective not finished).
+struct InFlightTensor {
+  std::string name;
+  const char* op = "";  // "allreduce", ... (OpTypeName: static)
+  bool in_data_plane = false;
+  std::chrono::steady_clock::time_point since;  // enqueued, or released to the data plane
+};
+
 // What identifies a tensor in flight on a rank: its process set and its name (the same name may
 // be in flight in two sets at once). The global set's key is the name itself; another set's is
 // the name, a NUL (which no name holds: names cross the C API as C strings) and the set id.
@@ -66,6 +76,11 @@ class TensorQueue {
   std::vector<TensorEntry> Drain();
   // `key`: the finished tensor's EntryKey.
   void Finish(const std::string& key);
+  // The loop thread, as a response list arrives: these tensors now wait in the data plane.
+  void MarkReleased(int32_t process_set_id, const std::vector<std::string>& names,
+                    std::chrono::steady_clock::time_point now);
+  // Any thread: at most `limit` in-flight tensors, data-plane ones first, then oldest first.
+  std::vector<InFlightTensor> InFlight(size_t limit) const;
   // Wakes the loop thread without an entry (shutdown, configuration change).
   void Wake();
   // Clears the wake-up signal; call before Drain when the fd polled readable.
@@ -73,9 +88,9 @@ class TensorQueue {
   int wake_fd() const { return wake_fd_; }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<TensorEntry> pending_;
-  std::unordered_set<std::string> in_flight_;
+  std::unordered_map<std::string, InFlightTensor> in_flight_;  // by EntryKey
   Status closed_;
   int wake_fd_ = -1;
 };

@@ -28,6 +28,21 @@ TEST(DiscoveryScriptTest, ParsesHostAndHostSlotsLines) {
   EXPECT_EQ(Hosts(*ParseDiscoveryOutput("", 1)), "");
 }
 
+// The Kubernetes MPI Operator's discover_hosts.sh prints the running workers' names, one a line,
+// without slot counts: each gets --slots-per-host slots (default 1).
+TEST(DiscoveryScriptTest, MpiOperatorHostnamesOnly) {
+  const std::string out = "job-worker-0.job-worker.default.svc\njob-worker-1.job-worker.default.svc\n";
+  EXPECT_EQ(Hosts(*ParseDiscoveryOutput(out, 1)),
+            "job-worker-0.job-worker.default.svc:1,job-worker-1.job-worker.default.svc:1");
+  EXPECT_EQ(Hosts(*ParseDiscoveryOutput(out, 4)),
+            "job-worker-0.job-worker.default.svc:4,job-worker-1.job-worker.default.svc:4");
+  StatusOr<std::vector<HostSlots>> run =
+      RunDiscoveryScript("echo job-worker-0.job-worker; echo job-worker-1.job-worker", 2,
+                         std::chrono::seconds(10));
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(Hosts(*run), "job-worker-0.job-worker:2,job-worker-1.job-worker:2");
+}
+
 TEST(DiscoveryScriptTest, BadLinesAreNamed) {
   StatusOr<std::vector<HostSlots>> h = ParseDiscoveryOutput("h1:2\nh2:x\n", 1);
   ASSERT_FALSE(h.ok());

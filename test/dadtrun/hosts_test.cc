@@ -72,13 +72,50 @@ TEST(HostsTest, BadHostfileLineNamesTheLine) {
             "hostfile 'f' line 2: the slot count in 'slots=two' must be a positive integer, e.g. "
             "slots=4");
   EXPECT_EQ(ParseHostfileText("h1 cpus=2\n", "hostfile 'f'").status().message(),
-            "hostfile 'f' line 1: expected 'HOST slots=N', got 'h1 cpus=2'");
+            "hostfile 'f' line 1: expected 'HOST slots=N' or 'HOST:N', got 'h1 cpus=2'");
   EXPECT_EQ(ParseHostfileText("h1 slots=2 extra\n", "hostfile 'f'").status().message(),
-            "hostfile 'f' line 1: expected 'HOST slots=N', got 'h1 slots=2 extra'");
+            "hostfile 'f' line 1: expected 'HOST slots=N' or 'HOST:N', got 'h1 slots=2 extra'");
   EXPECT_EQ(ParseHostfileText("# nothing\n\n", "hostfile 'f'").status().message(),
-            "hostfile 'f' lists no hosts; write one 'HOST slots=N' line per host");
+            "hostfile 'f' lists no hosts; write one 'HOST slots=N' (or 'HOST:N') line per host");
   EXPECT_NE(ReadHostfile("/nonexistent/hosts").status().message().find("cannot read hostfile"),
             std::string::npos);
+}
+
+// The Kubernetes MPI Operator's /etc/mpi/hostfile: "HOST slots=N" for Open MPI jobs, "HOST:N" for
+// Intel MPI and MPICH jobs; dadtrun --hostfile takes both, mixed too.
+TEST(HostsTest, HostfileMpiOperatorForms) {
+  StatusOr<std::vector<HostSlots>> h = ParseHostfileText(
+      "job-worker-0.job-worker.default.svc slots=2\n"
+      "job-worker-1.job-worker.default.svc:3\n"
+      "10.0.0.7:1   # an address\n"
+      "::1\n"
+      "[fe80::1]:4\n"
+      "[fe80::2] slots=5\n",
+      "hostfile '/etc/mpi/hostfile'");
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  ASSERT_EQ(h->size(), 6u);
+  const std::pair<const char*, int> want[] = {{"job-worker-0.job-worker.default.svc", 2},
+                                              {"job-worker-1.job-worker.default.svc", 3},
+                                              {"10.0.0.7", 1},
+                                              {"::1", 1},
+                                              {"fe80::1", 4},
+                                              {"fe80::2", 5}};
+  for (size_t i = 0; i < h->size(); ++i) {
+    EXPECT_EQ((*h)[i].host, want[i].first) << i;
+    EXPECT_EQ((*h)[i].slots, want[i].second) << i;
+  }
+  EXPECT_EQ(TotalSlots(*h), 16);
+}
+
+TEST(HostsTest, BadColonFormNamesTheLine) {
+  EXPECT_EQ(ParseHostfileText("h1:2\nh2:zero\n", "hostfile 'f'").status().message(),
+            "hostfile 'f' line 2: the slot count in 'h2:zero' must be a positive integer, e.g. h2:4");
+  EXPECT_EQ(ParseHostfileText("h1:0\n", "hostfile 'f'").status().message(),
+            "hostfile 'f' line 1: the slot count in 'h1:0' must be a positive integer, e.g. h1:4");
+  EXPECT_EQ(ParseHostfileText("h1:2 slots=2\n", "hostfile 'f'").status().message(),
+            "hostfile 'f' line 1: give the slots once, 'HOST slots=N' or 'HOST:N', got 'h1:2 slots=2'");
+  EXPECT_EQ(ParseHostfileText(":2\n", "hostfile 'f'").status().message(),
+            "hostfile 'f' line 1: ':2' has no host name");
 }
 
 TEST(HostsTest, PlacementFollowsTheHosts) {

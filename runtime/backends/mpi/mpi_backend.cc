@@ -62,8 +62,7 @@ StatusOr<std::unique_ptr<Backend>> MpiBackend::Create(const BackendOptions& opti
 // A process set's backend: MPI_Comm_create_group is collective over the members only, unlike
 // MPI_Comm_dup and MPI_Comm_split, which every rank of the job would have to call.
 StatusOr<std::unique_ptr<Backend>> MpiBackend::CreateForMembers(const BackendOptions& options) {
-  MPI_Comm job =
-      options.native_comm == 0 ? MPI_COMM_WORLD : reinterpret_cast<MPI_Comm>(options.native_comm);
+  MPI_Comm job = CommFromNative(options.native_comm);
   MPI_Group all = MPI_GROUP_NULL, members = MPI_GROUP_NULL;
   MPI_Comm comm = MPI_COMM_NULL;
   Status s = DADT_MPI_STATUS("comm_group", MPI_Comm_group(job, &all));

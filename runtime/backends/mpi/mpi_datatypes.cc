@@ -2,10 +2,10 @@
 //
 // The user-defined ops learn the dadt dtype from the MPI datatype handle they are called with:
 // float16, bfloat16 and bool each get their own committed contiguous type, created once per
-// process after MPI_Init and freed by MPI_Finalize. The 8- and 16-bit integers go the same way:
-// Open MPI 4.1's vectorised reduction (op/avx) sums them wrongly in MPI_Reduce_scatter with uneven
-// counts (8-bit: an element of a neighbour is added; 16-bit unsigned: the sum saturates at 65535
-// instead of wrapping; both seen at 6 ranks), so dadt reduces them itself.
+// process after MPI_Init and freed at the start of MPI_Finalize. The 8- and 16-bit integers go the
+// same way: Open MPI 4.1's vectorised reduction (op/avx) sums them wrongly in MPI_Reduce_scatter
+// with uneven counts (8-bit: an element of a neighbour is added; 16-bit unsigned: the sum
+// saturates at 65535 instead of wrapping; both seen at 6 ranks), so dadt reduces them itself.
 #include <climits>
 #include <mutex>
 #include <string>
@@ -49,7 +49,27 @@ void Reduce(void* in, void* inout, int* len, MPI_Datatype* type) {
   ReduceBinary(inout, inout, in, *len, DtypeOf(*type), kOp);
 }
 
+// MPI_Finalize deletes MPI_COMM_SELF's attributes first, while MPI still works: the moment to free
+// the types and ops (MPICH keeps a committed user type alive past MPI_Finalize otherwise, which
+// LeakSanitizer reports; Open MPI frees them itself). Nothing uses them after MPI_Finalize.
+int FreeTypesAtFinalize(MPI_Comm /*self*/, int key, void* value, void* /*extra*/) {
+  auto* t = static_cast<CustomTypes*>(value);
+  for (MPI_Datatype* d : {&t->float16, &t->bfloat16, &t->boolean, &t->uint8, &t->int8, &t->int16,
+                          &t->uint16}) {
+    if (*d != MPI_DATATYPE_NULL) MPI_Type_free(d);
+  }
+  for (MPI_Op& op : t->ops) {
+    if (op != MPI_OP_NULL) MPI_Op_free(&op);
+  }
+  MPI_Comm_free_keyval(&key);
+  return MPI_SUCCESS;
+}
+
 Status Build(CustomTypes* t) {
+  int key = MPI_KEYVAL_INVALID;
+  DADT_MPI_CHECK("create_keyval", MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN,
+                                                         &FreeTypesAtFinalize, &key, nullptr));
+  DADT_MPI_CHECK("set_attr", MPI_Comm_set_attr(MPI_COMM_SELF, key, t));
   DADT_MPI_CHECK("type_contiguous", MPI_Type_contiguous(2, MPI_BYTE, &t->float16));
   DADT_MPI_CHECK("type_contiguous", MPI_Type_contiguous(2, MPI_BYTE, &t->bfloat16));
   DADT_MPI_CHECK("type_contiguous", MPI_Type_contiguous(1, MPI_BYTE, &t->boolean));
@@ -70,7 +90,7 @@ Status Build(CustomTypes* t) {
 const CustomTypes& Types() {
   static std::once_flag once;
   std::call_once(once, [] {
-    auto* t = new CustomTypes();  // lives until exit; MPI_Finalize frees the handles
+    auto* t = new CustomTypes();  // lives until exit; FreeTypesAtFinalize frees the handles
     t->status = Build(t);
     g_types = t;
   });

@@ -5,9 +5,11 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "runtime/backends/mpi/mpi_error.h"
+#include "runtime/common/env.h"
 
 namespace dadt {
 namespace backends {
@@ -56,10 +58,6 @@ int FreeAllAtFinalize(MPI_Comm /*self*/, int /*key*/, void* /*value*/, void* /*e
   return MPI_SUCCESS;
 }
 
-MPI_Comm BaseComm(uintptr_t native_comm) {
-  return native_comm == 0 ? MPI_COMM_WORLD : reinterpret_cast<MPI_Comm>(native_comm);
-}
-
 Status NotAMember(const std::string& purpose) {
   return InvalidArgument("the communicator given for the " + purpose +
                          " is MPI_COMM_NULL (this process is not a member)");
@@ -94,7 +92,7 @@ StatusOr<CommCache*> CacheOf(MPI_Comm base) {
 // JobComm's body; caller holds g_cache_mu.
 StatusOr<MPI_Comm> JobCommLocked(uintptr_t native_comm, const std::string& purpose,
                                  CommCache** cache_out) {
-  const MPI_Comm base = BaseComm(native_comm);
+  const MPI_Comm base = CommFromNative(native_comm);
   if (base == MPI_COMM_NULL) return NotAMember(purpose);
   CommCache* cache = nullptr;
   DADT_ASSIGN_OR_RETURN(cache, CacheOf(base));
@@ -105,6 +103,26 @@ StatusOr<MPI_Comm> JobCommLocked(uintptr_t native_comm, const std::string& purpo
   DADT_ASSIGN_OR_RETURN(dup, DupComm(native_comm, purpose.c_str()));
   cache->comms[{purpose, -1}] = dup;
   return dup;
+}
+
+// A handle from its integer form and back: a pointer under Open MPI's ABI, an int under MPICH's.
+// Templates, so that only the branch of this build's ABI is compiled.
+template <typename Handle>
+Handle HandleFromNative(uintptr_t native) {
+  if constexpr (std::is_pointer_v<Handle>) {
+    return reinterpret_cast<Handle>(native);
+  } else {
+    return static_cast<Handle>(native);
+  }
+}
+
+template <typename Handle>
+uintptr_t NativeFromHandle(Handle handle) {
+  if constexpr (std::is_pointer_v<Handle>) {
+    return reinterpret_cast<uintptr_t>(handle);
+  } else {
+    return static_cast<uintptr_t>(handle);
+  }
 }
 
 void FinalizeAtExit() {
@@ -123,6 +141,44 @@ std::string ThreadLevelName(int level) {
 }
 
 }  // namespace
+
+MPI_Comm CommFromNative(uintptr_t native_comm) {
+  if (native_comm == 0) return MPI_COMM_WORLD;
+  return HandleFromNative<MPI_Comm>(native_comm);
+}
+
+uintptr_t NativeFromComm(MPI_Comm comm) { return NativeFromHandle(comm); }
+
+const char* BuiltAbi() {
+#if defined(OPEN_MPI)
+  return "Open MPI";
+#else
+  return "MPICH";
+#endif
+}
+
+Status CheckLauncherMatchesAbi() {
+  const env::MpiLauncher launcher = env::DetectMpiLauncher();
+#if defined(OPEN_MPI)
+  if (launcher != env::MpiLauncher::kHydra) return Status::OK();
+  return PreconditionFailed(
+      "this process was started by a Hydra launcher (MPICH's or Intel MPI's mpiexec/mpirun: "
+      "PMI_RANK=" + env::GetString(env::kPmiRank) + ", PMI_SIZE=" + env::GetString(env::kPmiSize) +
+      "), but this dadt._core's MPI engine is built for Open MPI "
+      "(libmpi.so.40), which cannot join that job. dadt's Python package loads its MPICH-ABI build "
+      "(dadt/_mpich/_core.so) under such a launcher unless DADT_MPI_ABI=openmpi: unset "
+      "DADT_MPI_ABI, install dadt with `pip install .` (a bare _core.so symlink has no MPICH-ABI "
+      "build), or launch with Open MPI's mpirun or dadtrun");
+#else
+  if (launcher != env::MpiLauncher::kOpenMpi) return Status::OK();
+  return PreconditionFailed(
+      "this process was started by Open MPI's mpirun (OMPI_COMM_WORLD_SIZE=" +
+      env::GetString(env::kOmpiWorldSize) + "), but this dadt._core's MPI engine is the MPICH-ABI "
+      "build (libmpi.so.12: MPICH, Intel MPI), which cannot join that job. Unset DADT_MPI_ABI "
+      "(or set it to openmpi) so that dadt loads its Open MPI build, or launch with MPICH's or "
+      "Intel MPI's mpiexec");
+#endif
+}
 
 bool IsInitialized() {
   int initialized = 0, finalized = 0;
@@ -143,6 +199,7 @@ StatusOr<int> EnsureInitialized() {
   if (initialized) {
     MPI_Query_thread(&provided);
   } else {
+    DADT_RETURN_IF_ERROR(CheckLauncherMatchesAbi());
     DADT_MPI_CHECK("init", MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     std::atexit(&FinalizeAtExit);  // runs after the interpreter's own exit handlers
   }
@@ -156,7 +213,7 @@ StatusOr<int> EnsureInitialized() {
 }
 
 StatusOr<MPI_Comm> DupComm(uintptr_t native_comm, const char* purpose) {
-  const MPI_Comm base = BaseComm(native_comm);
+  const MPI_Comm base = CommFromNative(native_comm);
   if (base == MPI_COMM_NULL) return NotAMember(purpose);
   MPI_Comm dup = MPI_COMM_NULL;
   DADT_MPI_CHECK(purpose, MPI_Comm_dup(base, &dup));

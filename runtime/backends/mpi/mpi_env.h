@@ -40,9 +40,26 @@ namespace dadt {
 namespace backends {
 namespace mpi {
 
+// The communicator behind a native handle: 0 is MPI_COMM_WORLD, anything else an MPI_Comm as
+// mpi4py's MPI._handleof(comm) gives it: a pointer under Open MPI's ABI, an int under MPICH's
+// (never 0 there: MPICH's handles carry a kind in their high bits).
+MPI_Comm CommFromNative(uintptr_t native_comm);
+// The inverse, for handing a communicator to BackendOptions::native_comm (tests, bindings).
+uintptr_t NativeFromComm(MPI_Comm comm);
+
 // Initialises MPI if needed (thread-safe, idempotent); returns the thread level MPI provides.
-// Refuses a level below MPI_THREAD_SERIALIZED, and a finalised MPI, with a clear error.
+// Refuses a level below MPI_THREAD_SERIALIZED, and a finalised MPI, with a clear error. Before
+// MPI_Init, refuses a launcher of the other ABI (CheckLauncherMatchesAbi): an MPI library started
+// by a launcher it cannot talk to would come up as a singleton of size 1 on every rank.
 StatusOr<int> EnsureInitialized();
+
+// This build's MPI ABI: "Open MPI" (libmpi.so.40) or "MPICH" (libmpi.so.12: MPICH, Intel MPI).
+const char* BuiltAbi();
+
+// FailedPrecondition naming both sides when the launcher that started this process (its
+// environment: OMPI_COMM_WORLD_SIZE for Open MPI's mpirun, PMI_SIZE for a Hydra launcher, i.e.
+// MPICH's or Intel MPI's mpiexec/mpirun) is of the other ABI than this build; OK otherwise.
+Status CheckLauncherMatchesAbi();
 
 // True when MPI is initialised (by anyone) and not yet finalised.
 bool IsInitialized();

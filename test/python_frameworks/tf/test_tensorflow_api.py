@@ -154,3 +154,13 @@ def test_executing_eagerly_helpers():
     assert not tf.function(lambda: tf.constant(dadt.util._executing_eagerly()))().numpy()
     with tf.Graph().as_default():
         assert not dadt._executing_eagerly()
+
+
+def test_build_queries_of_horovod():
+    # Horovod's test files and scripts branch on these at import or construction time
+    # (test_tensorflow_process_sets.py calls hvd.sycl_built() in its TestCase's __init__).
+    import dadt.keras as dadt_keras
+    for module in (dadt, dadt_keras):
+        for name in ("ccl_built", "sycl_built", "ddl_built", "rocm_built"):
+            assert getattr(module, name)() is False, name
+        assert module.gloo_built() or module.mpi_built()

@@ -67,7 +67,7 @@ class MpiProcessRunner : public testutil::RankRunner {
       options.rank = world_rank_;
       options.size = size;
       options.timeout = timeout;
-      options.native_comm = reinterpret_cast<uintptr_t>(sub);
+      options.native_comm = mpi::NativeFromComm(sub);
       // Every rank is on this host, so allreduces go through dadt's shared memory unless the
       // test runs with DADT_SHM_ALLREDUCE=0 (mpi_conformance_no_shm_test: MPI_Allreduce itself).
       const char* shm = std::getenv("DADT_SHM_ALLREDUCE");

@@ -1,5 +1,6 @@
 // env::FindOnPath: how dadtrun finds mpirun and srun, as a shell would. Horovod's names for
-// dadt's knobs (env::kHorovodAliases): which are there, which name wins, what init says.
+// dadt's knobs (env::kHorovodAliases): which are there, which name wins, what init says. Which MPI
+// launcher started a process (env::DetectMpiLauncher).
 #include "runtime/common/env.h"
 
 #include <stdlib.h>
@@ -192,6 +193,43 @@ TEST_F(HorovodAliasTest, NoticesNameEachAliasTakenOrIgnored) {
   EXPECT_EQ(HorovodAliasNotices(),
             (std::vector<std::string>{"HOROVOD_FUSION_THRESHOLD=1048576 taken as DADT_FUSION_THRESHOLD",
                                       "HOROVOD_CYCLE_TIME=5 ignored: DADT_CYCLE_TIME=2 is set"}));
+}
+
+// Which MPI launcher started a process (DetectMpiLauncher): the rule that says whether a plain
+// launch uses MPI, and which ABI its MPI engine must have.
+class MpiLauncherTest : public ::testing::Test {
+ protected:
+  static constexpr const char* kVars[] = {kOmpiWorldSize, kPmiRank, kPmiSize, kHydraLocalRank,
+                                          kHydraLocalSize};
+  void SetUp() override {
+    for (const char* v : kVars) {
+      const char* old = std::getenv(v);
+      if (old) saved_[v] = old;
+      ::unsetenv(v);
+    }
+  }
+  void TearDown() override {
+    for (const char* v : kVars) ::unsetenv(v);
+    for (const auto& [k, v] : saved_) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  std::map<std::string, std::string> saved_;
+};
+
+TEST_F(MpiLauncherTest, OpenMpiHydraOrNone) {
+  EXPECT_EQ(DetectMpiLauncher(), MpiLauncher::kNone);
+  // MPICH's and Intel MPI's Hydra: mpiexec -n 2 / mpirun -np 2 -ppn 2 -hosts localhost.
+  ::setenv(kPmiRank, "1", 1);
+  ::setenv(kPmiSize, "2", 1);
+  EXPECT_EQ(DetectMpiLauncher(), MpiLauncher::kNone);  // PMI alone: Slurm's srun --mpi=pmi2
+  ::setenv(kHydraLocalRank, "1", 1);
+  ::setenv(kHydraLocalSize, "2", 1);
+  EXPECT_EQ(DetectMpiLauncher(), MpiLauncher::kHydra);
+  ::setenv(kOmpiWorldSize, "2", 1);  // Open MPI's mpirun wins when both are there
+  EXPECT_EQ(DetectMpiLauncher(), MpiLauncher::kOpenMpi);
+  ::unsetenv(kPmiSize);
+  EXPECT_EQ(DetectMpiLauncher(), MpiLauncher::kOpenMpi);
+  ::setenv(kOmpiWorldSize, "", 1);  // empty counts as unset
+  EXPECT_EQ(DetectMpiLauncher(), MpiLauncher::kNone);
 }
 
 }  // namespace

@@ -111,6 +111,27 @@ TEST(RuntimeOptionsTest, EnginesComeFromTheEnvironmentAndJunkIsRefused) {
   EXPECT_EQ(mpi->size, 1);
 }
 
+// MPICH's and Intel MPI's Hydra launchers (mpiexec -n 2 python3 train.py) choose MPI the same way.
+TEST(RuntimeOptionsTest, AHydraLauncherChoosesMpiToo) {
+  ScopedEnv pmi_rank("PMI_RANK", "1");
+  ScopedEnv pmi_size("PMI_SIZE", "2");
+  auto alone = RuntimeOptions::FromEnv();  // PMI_* alone (srun --mpi=pmi2) is no launcher of MPI
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_EQ(alone->engines.control_plane, backends::ControlPlane::kTcpStar);
+  ScopedEnv local_rank("MPI_LOCALRANKID", "1");
+  ScopedEnv local_size("MPI_LOCALNRANKS", "2");
+  auto mpi = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(mpi.ok()) << mpi.status().ToString();
+  EXPECT_EQ(mpi->engines.control_plane, backends::ControlPlane::kMpi);
+  EXPECT_EQ(mpi->engines.host_data_plane, "mpi");
+  ScopedEnv dadtrun("DADT_RANK", "1");  // a launcher that set dadt's contract decides instead
+  ScopedEnv dadtrun_size("DADT_SIZE", "2");
+  ScopedEnv rendezvous("DADT_RENDEZVOUS_ADDR", "127.0.0.1");
+  auto tcp = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(tcp.ok()) << tcp.status().ToString();
+  EXPECT_EQ(tcp->engines.control_plane, backends::ControlPlane::kTcpStar);
+}
+
 TEST(RuntimeOptionsTest, ElasticWorkersNeedAnIdAndATcpControllerAndReadTheirTimeout) {
   ScopedEnv elastic("DADT_ELASTIC", "1");
   {

@@ -438,6 +438,12 @@ def ccl_built() -> bool:
     return False
 
 
+def sycl_built() -> bool:
+    """Returns True if dadt was built with SYCL (Intel GPU) support (never); Horovod's test files
+    and scripts ask it beside ccl_built() to pick their code path."""
+    return False
+
+
 def _shutdown_at_exit() -> None:
     if _core.is_initialized():
         try:

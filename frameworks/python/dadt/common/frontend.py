@@ -8,7 +8,7 @@ from dadt.common import basics, exceptions, process_sets, util
 BASICS = ("init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
           "cross_rank", "cross_size", "mpi_threads_supported", "mpi_enabled", "mpi_built",
           "gloo_enabled", "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
-          "ccl_built", "start_timeline", "stop_timeline")
+          "ccl_built", "sycl_built", "start_timeline", "stop_timeline")
 EXCEPTIONS = ("DadtInternalError", "DeviceMismatchError", "HorovodInternalError", "TensorMismatchError")
 REDUCE_OPS = ("Average", "Sum", "Adasum", "Min", "Max", "Product")
 PROCESS_SETS = ("ProcessSet", "global_process_set", "add_process_set", "remove_process_set")
