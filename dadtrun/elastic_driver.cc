@@ -51,6 +51,9 @@ std::string AssignKey(int64_t round, const std::string& worker_id) {
 std::string RoundSizeKey(int64_t round) { return "elastic/round/" + std::to_string(round) + "/size"; }
 std::string NoticeKey() { return "elastic/notice"; }
 std::string NoticeKindKey(int64_t seq) { return "elastic/notice/" + std::to_string(seq); }
+std::string UnresponsiveKey(int64_t round, int rank) {
+  return "elastic/" + std::to_string(round) + "/unresponsive/" + std::to_string(rank);
+}
 
 ElasticDriver::ElasticDriver(ElasticDriverOptions options, ElasticDriverHooks hooks)
     : options_(std::move(options)),
@@ -69,13 +72,18 @@ int ElasticDriver::Run() {
   const sigset_t set = LauncherSignals();
   for (;;) {
     Clock::time_point now = Clock::now();
+    if (!stopping_ && !finishing_) KillUnresponsive(now);
     Reap(now);
     if (stopping_) {
       if (RunningCount() == 0) break;
       if (!killed_ && now >= kill_deadline_) {
         if (options_.verbose) Say(std::to_string(RunningCount()) + " worker(s) still running; sending SIGKILL");
         for (const auto& [id, w] : workers_) {
-          if (w.running) Signal(w, SIGKILL);
+          if (!w.running) continue;
+          Signal(w, SIGKILL);
+          // A worker over ssh: its ssh too, which a partition may keep waiting for the remote end
+          // (sshd then closes the session, and the remote shell kills the worker, once it can).
+          if (w.handle.signal) ::kill(-w.handle.pid, SIGKILL);
         }
         killed_ = true;
       }
@@ -116,6 +124,38 @@ void ElasticDriver::Reap(Clock::time_point now) {
     }
     OnExit(&w, status, now);
   }
+}
+
+void ElasticDriver::KillUnresponsive(Clock::time_point now) {
+  if (!hooks_.peek || round_ == 0) return;
+  for (auto& [id, w] : workers_) {
+    if (!w.running || w.removed || w.round != round_ || w.rank < 0) continue;
+    std::string what = hooks_.peek(UnresponsiveKey(round_, w.rank));
+    if (what.empty()) continue;
+    // "rank 1 on host h4 stopped answering: no heartbeat for 6.0 s": the part after the rank.
+    const std::string prefix = "rank " + std::to_string(w.rank) + " on host " + w.spec.host + " ";
+    if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
+    Say(Describe(w) + " on host " + w.spec.host + " " + what + "; killing it");
+    Signal(w, SIGKILL);
+    // Lost now, not when its exit is seen: across a partition the kill (and so the exit of the
+    // ssh that carries it) may take as long as the partition. The next round leaves it out, as
+    // "removed", so that if it ever reads the store again it leaves rather than waits.
+    w.removed = true;
+    RecordLoss(w, what + " (killed)", now);
+  }
+}
+
+void ElasticDriver::RecordLoss(const Worker& w, const std::string& how, Clock::time_point now) {
+  const FailureOutcome out = hosts_.RecordFailure(w.spec.host, w.spec.slot, now);
+  if (out.host_blacklisted) {
+    Say("host " + w.spec.host + " lost: " + Describe(w) + " " + how);
+    Say("host " + w.spec.host + " blacklisted " + RestText(out));
+  } else {
+    Say(Describe(w) + " on host " + w.spec.host + " lost: " + how + "; slot " + w.spec.host + ":" +
+        std::to_string(w.spec.slot) + " rests " + RestText(out));
+  }
+  round_wanted_ = true;
+  last_event_ = now;
 }
 
 std::string ElasticDriver::Describe(const Worker& w) const {
@@ -168,16 +208,7 @@ void ElasticDriver::OnExit(Worker* w, int wait_status, Clock::time_point now) {
           code, now);
     return;
   }
-  const FailureOutcome out = hosts_.RecordFailure(w->spec.host, w->spec.slot, now);
-  if (out.host_blacklisted) {
-    Say("host " + w->spec.host + " lost: " + Describe(*w) + " " + how);
-    Say("host " + w->spec.host + " blacklisted " + RestText(out));
-  } else {
-    Say(Describe(*w) + " on host " + w->spec.host + " lost: " + how + "; slot " + w->spec.host + ":" +
-        std::to_string(w->spec.slot) + " rests " + RestText(out));
-  }
-  round_wanted_ = true;
-  last_event_ = now;
+  RecordLoss(*w, how, now);
 }
 
 void ElasticDriver::TakeHostChanges(Clock::time_point now) {

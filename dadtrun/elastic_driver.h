@@ -2,6 +2,9 @@
 // contract is docs/elastic.md's "How the driver works").
 //
 // Every 100 ms, on the thread that calls Run():
+//   0. Kill every worker of the current round that a peer reported silent (UnresponsiveKey: a
+//      stopped or frozen process never exits by itself, and its survivors wait for a new round),
+//      and count it as failed at once, as step 1 would at its exit.
 //   1. Reap workers that exited. A failure (non-zero exit or a signal) of a worker that was not
 //      removed makes its slot rest, maybe blacklists its host (HostManager's rule), and asks for a
 //      new round. A worker of the latest round that exits 0 starts the end: the job succeeds when
@@ -50,6 +53,10 @@ std::string AssignKey(int64_t round, const std::string& worker_id);  // "elastic
 std::string RoundSizeKey(int64_t round);                         // "elastic/round/<r>/size"
 std::string NoticeKey();                                         // "elastic/notice"
 std::string NoticeKindKey(int64_t seq);                          // "elastic/notice/<seq>"
+// Set by a worker's runtime when rank `rank` of round `round` stopped answering (no heartbeat for
+// DADT_LIVENESS_SHUTDOWN_TIME_SECONDS): "elastic/<round>/unresponsive/<rank>", the round's store
+// scope (runtime/core/elastic_membership.h) followed by the key a static job uses.
+std::string UnresponsiveKey(int64_t round, int rank);
 
 struct ElasticWorkerSpec {
   std::string id;  // "<host>/<slot>/<spawn seq>"
@@ -70,6 +77,10 @@ struct ElasticDriverHooks {
   // The latest discovery result since the last call, if any; unset with a fixed host list.
   std::function<std::optional<StatusOr<std::vector<HostSlots>>>()> poll_discovery;
   std::function<void()> on_tick;  // at least every 100 ms
+  // The value of a key in the job's store ("" when unset): the driver reads
+  // UnresponsiveKey(round, rank), which a worker's runtime sets when it finds that rank silent
+  // (runtime/core/liveness.h). Unset: silent workers are left to the runtime's own time-outs.
+  std::function<std::string(const std::string& key)> peek;
 };
 
 struct ElasticDriverOptions {
@@ -107,6 +118,12 @@ class ElasticDriver {
   };
   using Clock = ElasticClock;
 
+  // Kills (SIGKILL: a stopped process would not act on SIGTERM) every running worker of the
+  // current round that a peer's runtime reported as silent, and counts it lost at once (removed:
+  // its exit, whenever it comes, is not counted again).
+  void KillUnresponsive(Clock::time_point now);
+  // A failure of `w`'s slot (maybe blacklisting its host), said with `how`; asks for a new round.
+  void RecordLoss(const Worker& w, const std::string& how, Clock::time_point now);
   void Reap(Clock::time_point now);
   void OnExit(Worker* w, int wait_status, Clock::time_point now);
   void TakeHostChanges(Clock::time_point now);

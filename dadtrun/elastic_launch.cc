@@ -129,6 +129,7 @@ int LaunchElastic(const LaunchConfig& config) {
     return handle;
   };
   hooks.publish = [&server](const std::string& key, const std::string& value) { (*server)->Put(key, value); };
+  hooks.peek = [&server](const std::string& key) { return (*server)->Peek(key); };
   std::unique_ptr<DiscoveryPoller> poller;
   if (!ec.discovery_script.empty()) {
     poller = std::make_unique<DiscoveryPoller>(ec.discovery_script, ec.slots_per_host, script_timeout,

@@ -77,7 +77,10 @@ void Runtime::OnPeerUnresponsive(const std::string& error, int rank, const std::
                            " stopped answering: no heartbeat for " + LivenessSeconds(silent);
   // Before any handle fails or this process exits: the launcher must know whom to blame.
   if (store_) {
-    (void)store_->Set("unresponsive/" + std::to_string(rank), what);
+    // An elastic worker's ranks are the round's: the key is in the round's scope ("elastic/<r>/"),
+    // where dadtrun's elastic driver looks for it (dadtrun/elastic_driver.h, UnresponsiveKey).
+    const std::string scope = options_.elastic ? options_.store_scope : "";
+    (void)store_->Set(scope + "unresponsive/" + std::to_string(rank), what);
     if (rank != options_.rank) (void)store_->Set("cause/" + std::to_string(options_.rank), std::to_string(rank));
   }
   AppendReport(std::to_string(rank) + " " + what);

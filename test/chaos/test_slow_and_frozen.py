@@ -6,6 +6,9 @@
 - A SIGSTOPped rank needs liveness time-outs (issue 33 item 1): skipped until dadtrun has
   --liveness-timeout-seconds; then the job must end within the time-out with a warning naming the
   frozen rank and its host, and dadtrun's last line naming the rank.
+- A SIGSTOPped worker of an elastic job (h3 and h4, --min-np 1): the survivor names it, dadtrun's
+  elastic driver kills it and drops its host, and the job goes on and finishes on h3 with every step
+  counted once; a SIGCONT sent after the kill finds nothing to resume.
 """
 import os
 import re
@@ -77,3 +80,40 @@ def test_sigstopped_rank_ends_the_job(job, repeat):
     assert named, f"no warning names rank 1 on h4:\n{job.dump()}"
     last = launcher_lines(job.stderr)
     assert last and re.search(r"\brank 1\b", last[-1]), f"dadtrun's last line does not name rank 1:\n{job.dump()}"
+
+
+ELASTIC_STEPS = 300
+
+
+@needs_liveness
+@pytest.mark.timeout(150)
+def test_sigstopped_elastic_worker_is_dropped_and_the_job_goes_on(job, repeat):
+    flags, end_s = liveness_flags()
+    script = os.path.join(os.path.dirname(__file__), "elastic_committer.py")
+    job.start(script, args=("--steps", ELASTIC_STEPS, "--commit-every", "5", "--step-delay", "0.03"),
+              flags=("--min-np", "1", "--host-discovery-script", "printf 'h3\\nh4\\n'", *flags),
+              hosts_spec=None)
+    job.wait_line(r"<stdout>:COMMITTED 20 ", timeout=90)
+    workers = [pid for pid, cmd in host_processes("h4") if job.marker in cmd and not cmd.startswith("/bin/sh")]
+    assert len(workers) == 1, host_processes("h4")
+    os.kill(workers[0], signal.SIGSTOP)
+    stopped = time.monotonic()
+    job.wait_line(r"elastic: rank 1 \(worker h4/\S+\) on host h4 stopped answering.*; killing it",
+                  timeout=end_s + 20, stream="err")
+    killed = time.monotonic()
+    try:
+        os.kill(workers[0], signal.SIGCONT)  # too late: it is gone, or goes at once
+    except ProcessLookupError:
+        pass
+    rc = job.wait(120)
+    print(f"frozen worker killed {killed - stopped:.1f} s after its SIGSTOP")
+    assert rc == 0, job.dump()
+    assert killed - stopped < end_s + 10, f"the driver killed the frozen worker {killed - stopped:.1f} s after it stopped"
+    err = job.stderr
+    assert re.search(r"liveness: no heartbeat from rank 1 on host h4", err), job.dump()
+    assert re.search(r"elastic: round 2: 1 worker on h3", err), job.dump()
+    assert f"FINISHED {ELASTIC_STEPS}" in job.stdout, job.dump()
+    # The survivor rolls back to its last commit and goes on from there: every commit once, in order.
+    steps = [int(m.group(1)) for _, ln in job.out_lines for m in [re.search(r"<stdout>:COMMITTED (\d+) ", ln)] if m]
+    assert steps == list(range(5, ELASTIC_STEPS + 1, 5)), steps
+    assert host_processes("h4") == [] or all(job.marker not in cmd for _, cmd in host_processes("h4")), host_processes("h4")

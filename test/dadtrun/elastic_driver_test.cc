@@ -114,6 +114,35 @@ TEST_F(ElasticDriverTest, FailedWorkerIsLeftOutOfTheNextRound) {
   EXPECT_EQ(Get(NoticeKey()), "<unset>");                // a failure is no host update
 }
 
+// A worker that stops itself (SIGSTOP) never exits: once a peer's runtime reports it silent
+// (UnresponsiveKey of its round and rank), the driver kills it, counts that as a failure of its
+// slot, and the job goes on without it. A report of a rank in an earlier round kills nobody.
+TEST_F(ElasticDriverTest, WorkerAPeerReportsSilentIsKilledAndLeftOutOfTheNextRound) {
+  options_.config.min_np = 2;
+  options_.config.max_np = 2;
+  options_.initial_hosts = {{"a", 1}, {"b", 1}, {"c", 1}};
+  store_[UnresponsiveKey(0, 1)] = "rank 1 on host b stopped answering: no heartbeat for 9.9 s";
+  std::atomic<bool> reported{false};
+  hooks_.peek = [&](const std::string& key) -> std::string {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Once round 1 is out, rank 1 of it (b's worker) is reported, as a survivor would.
+    if (!reported && store_.count(RoundKey()) && store_[RoundKey()] == "1") {
+      store_[UnresponsiveKey(1, 1)] = "rank 1 on host b stopped answering: no heartbeat for 6.0 s";
+      reported = true;
+    }
+    return store_.count(key) ? store_[key] : "";
+  };
+  script_ = [](const ElasticWorkerSpec& s) {
+    return s.host == "b" ? AwaitRound(1) + "kill -STOP $$; exit 0" : AwaitRound(2) + "exit 0";
+  };
+  EXPECT_EQ(Run(), 0);
+  EXPECT_TRUE(reported);
+  EXPECT_EQ(Get(AssignKey(2, "a/0/1")), "0 2 0 1 0 2");  // the survivor keeps rank 0
+  EXPECT_EQ(Get(AssignKey(2, "c/0/3")), "1 2 0 1 1 2");  // a new worker on the free host
+  // Killed and counted lost at once: never assigned again ("removed" if still being reaped).
+  EXPECT_TRUE(Get(AssignKey(2, "b/0/2")) == "<unset>" || Get(AssignKey(2, "b/0/2")) == "removed");
+}
+
 TEST_F(ElasticDriverTest, DroppedHostGetsANoticeAndItsRemovedWorkerNeverEndsTheJob) {
   options_.config.min_np = 1;
   options_.initial_hosts = {{"a", 1}, {"b", 1}};
