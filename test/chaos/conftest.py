@@ -505,3 +505,33 @@ def liveness_flags():
         return ("--liveness-timeout-seconds", str(LIVENESS_WARN_S),
                 "--liveness-shutdown-time-seconds", str(LIVENESS_END_S)), LIVENESS_END_S
     return ("--liveness-timeout-seconds", str(LIVENESS_END_S)), LIVENESS_END_S
+
+
+# An elastic job of test/chaos/elastic_committer.py on h3 and h4 (--min-np 1, liveness time-outs),
+# for the scenarios where one worker stops answering and the job must go on without it.
+ELASTIC_STEPS = 300
+
+
+def start_elastic_committer(job):
+    """Starts the job and waits for its 20th step; returns the liveness end time in seconds."""
+    flags, end_s = liveness_flags()
+    script = os.path.join(REPO, "test", "chaos", "elastic_committer.py")
+    job.start(script, args=("--steps", ELASTIC_STEPS, "--commit-every", "5", "--step-delay", "0.03"),
+              flags=("--min-np", "1", "--host-discovery-script", "printf 'h3\\nh4\\n'", *flags),
+              hosts_spec=None)
+    job.wait_line(r"<stdout>:COMMITTED 20 ", timeout=90)
+    return end_s
+
+
+def check_went_on_without_rank_1(job, rc):
+    """The job finished on h3 after rank 1 on h4 was named and dropped, with every commit once and
+    in order (the survivor rolls back to its last commit and goes on from there)."""
+    assert rc == 0, job.dump()
+    err = job.stderr
+    assert re.search(r"liveness: no heartbeat from rank 1 on host h4", err), job.dump()
+    assert re.search(r"elastic: rank 1 \(worker h4/\S+\) on host h4 stopped answering", err), job.dump()
+    rounds = re.findall(r"elastic: round (\d+): .* on (.*?)(?: \(reset|$)", err, re.M)
+    assert ("2", "h3") in rounds and all(hosts == "h3" for n, hosts in rounds if n != "1"), rounds
+    steps = [int(m.group(1)) for _, ln in job.out_lines for m in [re.search(r"<stdout>:COMMITTED (\d+) ", ln)] if m]
+    assert steps == list(range(5, ELASTIC_STEPS + 1, 5)), steps
+    assert f"FINISHED {ELASTIC_STEPS}" in job.stdout, job.dump()

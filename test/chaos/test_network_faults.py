@@ -5,15 +5,15 @@ item 1; skipped until dadtrun has --liveness-timeout-seconds). An elastic job go
 partition on the side of rank 0 alone: the side without rank 0 cannot form a round (the driver
 and its store are on rank 0's side of the cut here), so two halves never train apart.
 """
-import os
 import re
 import threading
 import time
 
 import pytest
 
-from conftest import (DIGITS, REPO, leftovers, DIGITS_EPOCHS, ENDLESS, digits_lines, launcher_lines, lossy_link,
-                      liveness_flags, needs_liveness, partition, timed_fault)
+from conftest import (DIGITS, DIGITS_EPOCHS, ELASTIC_STEPS, ENDLESS, check_went_on_without_rank_1, digits_lines,
+                      launcher_lines, leftovers, liveness_flags, lossy_link, needs_liveness, partition,
+                      start_elastic_committer, timed_fault)
 
 DIGITS_ARGS = ("--epochs", DIGITS_EPOCHS)
 PARTITION_S = 3.0
@@ -76,7 +76,6 @@ def test_partition_longer_than_the_liveness_timeout(job, faults_applied, repeat)
 
 
 
-ELASTIC_STEPS = 300
 ELASTIC_PARTITION_S = 20
 
 
@@ -87,29 +86,16 @@ def test_elastic_job_goes_on_with_rank_0_through_a_long_partition(job, faults_ap
     shutdown time: rank 0 names rank 1, dadtrun's driver drops it and the job goes on alone on h3
     and finishes with every step committed once; the cut-off worker never trains in a round of its
     own, and is gone from h4 once the link is back."""
-    flags, end_s = liveness_flags()
-    script = os.path.join(REPO, "test", "chaos", "elastic_committer.py")
-    job.start(script, args=("--steps", ELASTIC_STEPS, "--commit-every", "5", "--step-delay", "0.03"),
-              flags=("--min-np", "1", "--host-discovery-script", "printf 'h3\\nh4\\n'", *flags),
-              hosts_spec=None)
-    job.wait_line(r"<stdout>:COMMITTED 20 ", timeout=90)
+    end_s = start_elastic_committer(job)
     with partition("h4", faults_applied):
         cut = time.monotonic()
         job.wait_line(r"elastic: round 2: 1 worker on h3", timeout=end_s + 20, stream="err")
         went_on = time.monotonic()
-        job.wait_line(r"<stdout>:COMMITTED %d " % (ELASTIC_STEPS // 2 + 50), timeout=ELASTIC_PARTITION_S + 60)
+        job.wait_line(r"<stdout>:COMMITTED %d " % (ELASTIC_STEPS * 2 // 3), timeout=ELASTIC_PARTITION_S + 60)
         time.sleep(max(0.0, ELASTIC_PARTITION_S - (time.monotonic() - cut)))
     rc = job.wait(90)
     print(f"round 2 on h3 {went_on - cut:.1f} s after the cut")
-    assert rc == 0, job.dump()
     assert went_on - cut < end_s + 10, f"the job went on {went_on - cut:.1f} s after the cut"
-    err = job.stderr
-    assert re.search(r"no heartbeat from rank 1 on host h4", err), job.dump()
-    assert re.search(r"elastic: rank 1 \(worker h4/\S+\) on host h4 stopped answering", err), job.dump()
-    rounds = re.findall(r"elastic: round (\d+): .* on (.*?)(?: \(reset|$)", err, re.M)
-    assert all(hosts == "h3" for n, hosts in rounds if n != "1"), rounds
-    steps = [int(m.group(1)) for _, ln in job.out_lines for m in [re.search(r"<stdout>:COMMITTED (\d+) ", ln)] if m]
-    assert steps == list(range(5, ELASTIC_STEPS + 1, 5)), steps
-    assert f"FINISHED {ELASTIC_STEPS}" in job.stdout, job.dump()
+    check_went_on_without_rank_1(job, rc)
     left = leftovers((job.marker,), seconds=30)
     assert not left, f"processes of the job left 30 s after the link came back: {left}"

@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from conftest import ENDLESS, host_processes, launcher_lines, liveness_flags, needs_liveness, worker_env
+from conftest import (ENDLESS, check_went_on_without_rank_1, host_processes, launcher_lines, liveness_flags,
+                      needs_liveness, start_elastic_committer, worker_env)
 
 STEPS = 5
 FAST_S, SLOW_S = 0.12, 1.2  # rank 1 sleeps 10x longer than rank 0 before each allreduce
@@ -82,18 +83,10 @@ def test_sigstopped_rank_ends_the_job(job, repeat):
     assert last and re.search(r"\brank 1\b", last[-1]), f"dadtrun's last line does not name rank 1:\n{job.dump()}"
 
 
-ELASTIC_STEPS = 300
-
-
 @needs_liveness
 @pytest.mark.timeout(150)
 def test_sigstopped_elastic_worker_is_dropped_and_the_job_goes_on(job, repeat):
-    flags, end_s = liveness_flags()
-    script = os.path.join(os.path.dirname(__file__), "elastic_committer.py")
-    job.start(script, args=("--steps", ELASTIC_STEPS, "--commit-every", "5", "--step-delay", "0.03"),
-              flags=("--min-np", "1", "--host-discovery-script", "printf 'h3\\nh4\\n'", *flags),
-              hosts_spec=None)
-    job.wait_line(r"<stdout>:COMMITTED 20 ", timeout=90)
+    end_s = start_elastic_committer(job)
     workers = [pid for pid, cmd in host_processes("h4") if job.marker in cmd and not cmd.startswith("/bin/sh")]
     assert len(workers) == 1, host_processes("h4")
     os.kill(workers[0], signal.SIGSTOP)
@@ -107,13 +100,6 @@ def test_sigstopped_elastic_worker_is_dropped_and_the_job_goes_on(job, repeat):
         pass
     rc = job.wait(120)
     print(f"frozen worker killed {killed - stopped:.1f} s after its SIGSTOP")
-    assert rc == 0, job.dump()
     assert killed - stopped < end_s + 10, f"the driver killed the frozen worker {killed - stopped:.1f} s after it stopped"
-    err = job.stderr
-    assert re.search(r"liveness: no heartbeat from rank 1 on host h4", err), job.dump()
-    assert re.search(r"elastic: round 2: 1 worker on h3", err), job.dump()
-    assert f"FINISHED {ELASTIC_STEPS}" in job.stdout, job.dump()
-    # The survivor rolls back to its last commit and goes on from there: every commit once, in order.
-    steps = [int(m.group(1)) for _, ln in job.out_lines for m in [re.search(r"<stdout>:COMMITTED (\d+) ", ln)] if m]
-    assert steps == list(range(5, ELASTIC_STEPS + 1, 5)), steps
-    assert host_processes("h4") == [] or all(job.marker not in cmd for _, cmd in host_processes("h4")), host_processes("h4")
+    check_went_on_without_rank_1(job, rc)
+    assert not [c for _, c in host_processes("h4") if job.marker in c], host_processes("h4")
