@@ -1,5 +1,7 @@
 """Time to accuracy: dadt's training modes against torch DDP, its compression hooks, torch's
 post-local SGD and torchft's LocalSGD and DiLoCo, on a real learning task over a (shaped) link.
+One file (over 500 lines) because it launches itself as every contender's worker (`--worker`) on
+every host: the task, the contenders and the report travel together as one script.
 
     python3 examples/benchmarks/time_to_accuracy.py --np 2 --samples 4096             # one host
     python3 examples/benchmarks/time_to_accuracy.py --hosts h1:1,h2:1 --network-interface dadt0 \\

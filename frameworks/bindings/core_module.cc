@@ -1,6 +1,8 @@
 // dadt._core: the pybind11 module over dadt's stable C API (runtime/c_api.h).
 //
-// One thin file, one function per C entry point, no state of its own. Tensors cross as DLPack:
+// One thin file, one function per C entry point, no state of its own. It stays one unit (just over
+// 500 lines) because it is one PYBIND11_MODULE over one header: each binding is a few lines, and
+// splitting them across files would only scatter the module's single definition. Tensors cross as DLPack:
 // enqueue() reads the DLManagedTensor out of a "dltensor" capsule (from `tensor.__dlpack__()`)
 // WITHOUT consuming it -- the Python layer keeps the capsule, and so the tensor, alive until the
 // handle completes. take_output() wraps a runtime-allocated result in a new "dltensor" capsule

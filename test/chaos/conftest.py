@@ -2,7 +2,8 @@
 (tools/netns_hosts.sh with DADT_NETNS_HOSTS=4), while something goes wrong on purpose: a lossy link, a
 short partition, a SIGKILLed launcher, a full or read-only checkpoint filesystem, a slow rank, a stranger
 on the job's ports. Each scenario runs REPEATS times (the `repeat` parameter, DADT_CHAOS_REPEATS, default
-3), each under its own time bound (pytest-timeout).
+3), each under its own time bound (pytest-timeout). One file (over 500 lines) because pytest finds
+fixtures only in conftest.py: everything the scenarios share (hosts, faults, jobs) lives here.
 
 What this file gives the tests:
 

@@ -11,6 +11,9 @@ example, examples/ray/train_digits_elastic_ray.py) whose h2 node is killed mid-t
 Locally, an elastic job's checks (arguments, the refused calls) and the same example on one node. Skipped
 without Ray (pip install 'dadt[ray]'); the two namespace hosts are skipped without root and `ip netns`. About
 2.5 minutes on 2 cores.
+
+One file (over 500 lines) because every test shares its two expensive fixtures, the local Ray instance
+and the two-node cluster, which pytest starts once per module.
 """
 import json
 import os

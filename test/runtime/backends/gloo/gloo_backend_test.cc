@@ -1,7 +1,8 @@
 // Gloo-specific behaviour the conformance suite cannot express: registration, the size-1 fast
 // path, rendezvous through the StoreAdapter, the exception -> Status edge, interface selection,
 // and failures -- a peer killed mid-collective (a real forked process, as Gloo's MultiProcTest
-// does), a peer that closes its connections, and a peer that stalls until the timeout.
+// does), a peer that closes its connections, and a peer that stalls until the timeout. One file
+// (over 500 lines): the cases share the options and helpers at its top, and each is short.
 #include <dirent.h>
 #include <netdb.h>
 #include <pthread.h>
