@@ -13,6 +13,7 @@
 
 #include "runtime/backends/mpi/mpi_env.h"
 #include "test/runtime/backends/backend_conformance.h"
+#include "test/runtime/backends/mpi_test_main.h"
 
 namespace dadt {
 namespace backends {
@@ -97,21 +98,13 @@ class MpiProcessRunner : public testutil::RankRunner {
 }  // namespace dadt
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto level = dadt::backends::mpi::EnsureInitialized();
-  if (!level.ok()) {
-    std::fprintf(stderr, "MPI init failed: %s\n", level.status().ToString().c_str());
-    return 2;
-  }
   dadt::backends::conformance::MpiProcessRunner runner;
-  if (!runner.Init()) {
-    std::fprintf(stderr, "cannot map the shared counter\n");
-    return 2;
-  }
-  dadt::testutil::SetRankRunner("mpi", &runner);
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  // Every process exits non-zero when any failed, so mpirun's exit status is the verdict.
-  int any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return any;
+  return dadt::testutil::RunTestsUnderMpi(argc, argv, [&runner] {
+    if (!runner.Init()) {
+      std::fprintf(stderr, "cannot map the shared counter\n");
+      return false;
+    }
+    dadt::testutil::SetRankRunner("mpi", &runner);
+    return true;
+  });
 }

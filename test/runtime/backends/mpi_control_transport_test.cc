@@ -18,6 +18,7 @@
 
 #include "runtime/backends/control_transport.h"
 #include "runtime/backends/mpi/mpi_env.h"
+#include "test/runtime/backends/mpi_test_main.h"
 
 namespace dadt {
 namespace backends {
@@ -157,16 +158,4 @@ TEST(MpiControlTransportTest, CloseTwiceIsHarmless) {
 }  // namespace backends
 }  // namespace dadt
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto level = dadt::backends::mpi::EnsureInitialized();
-  if (!level.ok()) {
-    std::fprintf(stderr, "MPI init failed: %s\n", level.status().ToString().c_str());
-    return 2;
-  }
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  // Every process exits non-zero when any failed, so mpirun's exit status is the verdict.
-  int any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return any;
-}
+int main(int argc, char** argv) { return dadt::testutil::RunTestsUnderMpi(argc, argv); }
