@@ -76,22 +76,14 @@ int LaunchElastic(const LaunchConfig& config) {
   sigset_t original_mask;
   BlockLauncherSignals(&original_mask);
   std::signal(SIGPIPE, SIG_IGN);
-  StatusOr<std::string> secret = GenerateSecret();
-  if (!secret.ok()) {
-    console::Message(secret.status().message());
+  StatusOr<JobRendezvous> meeting = StartJobRendezvous(config, local_hostname, *bind_addr, /*torch_master=*/false);
+  if (!meeting.ok()) {
+    console::Message(meeting.status().message());
     return 1;
   }
-  StatusOr<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start(*bind_addr, *secret);
-  if (!server.ok()) {
-    console::Message(server.status().message());
-    return 1;
-  }
-  if (config.verbose) console::Message("rendezvous server listening on " + *bind_addr + ":" + std::to_string((*server)->port()));
-  JobEndpoints endpoints;
-  endpoints.hostname = local_hostname;
-  endpoints.rendezvous_addr = *bind_addr;
-  endpoints.rendezvous_port = (*server)->port();
-  endpoints.secret = *secret;
+  RendezvousServer* server = meeting->server.get();
+  const JobEndpoints& endpoints = meeting->endpoints;
+  if (config.verbose) console::Message("rendezvous server listening on " + *bind_addr + ":" + std::to_string(server->port()));
 
   sigset_t worker_mask = original_mask;
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigdelset(&worker_mask, sig);
@@ -128,8 +120,8 @@ int LaunchElastic(const LaunchConfig& config) {
     handle.pid = spawned->pid;
     return handle;
   };
-  hooks.publish = [&server](const std::string& key, const std::string& value) { (*server)->Put(key, value); };
-  hooks.peek = [&server](const std::string& key) { return (*server)->Peek(key); };
+  hooks.publish = [&server](const std::string& key, const std::string& value) { server->Put(key, value); };
+  hooks.peek = [&server](const std::string& key) { return server->Peek(key); };
   std::unique_ptr<DiscoveryPoller> poller;
   if (!ec.discovery_script.empty()) {
     poller = std::make_unique<DiscoveryPoller>(ec.discovery_script, ec.slots_per_host, script_timeout,
@@ -149,7 +141,7 @@ int LaunchElastic(const LaunchConfig& config) {
     if (!mux->WaitDrained(std::chrono::milliseconds(3000))) break;
   }
   for (auto& mux : muxes) mux->Stop();
-  (*server)->Stop();
+  server->Stop();
   for (int fd : control_fds) {
     if (fd >= 0) ::close(fd);
   }

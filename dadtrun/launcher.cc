@@ -143,21 +143,11 @@ int Launch(const LaunchConfig& requested) {
     if (config.verbose) console::Message(text);
   };
 
-  StatusOr<std::string> secret = GenerateSecret();
-  if (!secret.ok()) return Fail(secret.status());
-  StatusOr<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start(*bind_addr, *secret);
-  if (!server.ok()) return Fail(server.status());
-  verbose("rendezvous server listening on " + *bind_addr + ":" + std::to_string((*server)->port()));
-  StatusOr<int> master_port = FindFreePort(*bind_addr);
-  if (!master_port.ok()) return Fail(master_port.status());
-
-  JobEndpoints endpoints;
-  endpoints.hostname = local_hostname;
-  endpoints.rendezvous_addr = *bind_addr;
-  endpoints.rendezvous_port = (*server)->port();
-  endpoints.secret = *secret;
-  endpoints.master_addr = MasterAddress(config, local_hostname, *bind_addr);
-  endpoints.master_port = *master_port;
+  StatusOr<JobRendezvous> meeting = StartJobRendezvous(config, local_hostname, *bind_addr, /*torch_master=*/true);
+  if (!meeting.ok()) return Fail(meeting.status());
+  RendezvousServer* server = meeting->server.get();
+  const JobEndpoints& endpoints = meeting->endpoints;
+  verbose("rendezvous server listening on " + *bind_addr + ":" + std::to_string(server->port()));
 
   OutputMux::Options mux_options;
   mux_options.output_dir = config.output_dir;
@@ -211,7 +201,7 @@ int Launch(const LaunchConfig& requested) {
   int ready_reported = 0;
   auto last_progress = std::chrono::steady_clock::now();
   options.on_tick = [&] {
-    const int ready = std::min((*server)->ReadyCount(), config.num_proc);
+    const int ready = std::min(server->ReadyCount(), config.num_proc);
     if (!remote_hosts.empty() && ready > ready_reported) {
       // Across hosts, show ranks arriving: at most one line a second, and always the last one.
       const auto now = std::chrono::steady_clock::now();
@@ -228,11 +218,11 @@ int Launch(const LaunchConfig& requested) {
     }
   };
   options.cause_of = [&](int rank) {
-    const std::string v = (*server)->Peek("cause/" + std::to_string(rank));
+    const std::string v = server->Peek("cause/" + std::to_string(rank));
     return v.empty() ? -1 : std::atoi(v.c_str());
   };
   options.unresponsive_of = [&](int rank) {
-    return (*server)->Peek("unresponsive/" + std::to_string(rank));
+    return server->Peek("unresponsive/" + std::to_string(rank));
   };
   Supervisor supervisor(ranks, options);
   if (!spawn_error.ok()) {
@@ -250,7 +240,7 @@ int Launch(const LaunchConfig& requested) {
     verbose("a process outside the ranks' process groups still holds an output pipe; not waiting");
   }
   (*mux)->Stop();
-  (*server)->Stop();
+  server->Stop();
   for (int& fd : control_fds) {
     if (fd >= 0) ::close(fd);
   }

@@ -169,28 +169,13 @@ int LaunchWithSrun(const LaunchConfig& config) {
     console::Message(bind_addr.status().message());
     return 2;
   }
-  StatusOr<std::string> secret = GenerateSecret();
-  if (!secret.ok()) {
-    console::Message(secret.status().message());
+  StatusOr<JobRendezvous> meeting = StartJobRendezvous(config, local_hostname, *bind_addr, /*torch_master=*/true);
+  if (!meeting.ok()) {
+    console::Message(meeting.status().message());
     return 1;
   }
-  StatusOr<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start(*bind_addr, *secret);
-  if (!server.ok()) {
-    console::Message(server.status().message());
-    return 1;
-  }
-  StatusOr<int> master_port = FindFreePort(*bind_addr);
-  if (!master_port.ok()) {
-    console::Message(master_port.status().message());
-    return 1;
-  }
-  JobEndpoints endpoints;
-  endpoints.hostname = local_hostname;
-  endpoints.rendezvous_addr = *bind_addr;
-  endpoints.rendezvous_port = (*server)->port();
-  endpoints.secret = *secret;
-  endpoints.master_addr = MasterAddress(config, local_hostname, *bind_addr);
-  endpoints.master_port = *master_port;
+  RendezvousServer* server = meeting->server.get();
+  const JobEndpoints& endpoints = meeting->endpoints;
   // Rank 0's environment is the job-wide part; the relay on each task overwrites the per-rank names.
   EnvMap env = WorkerEnvironment(config, endpoints, user_env, 0);
 
@@ -277,7 +262,7 @@ int LaunchWithSrun(const LaunchConfig& config) {
   err_thread.join();
   sigprocmask(SIG_SETMASK, &original, nullptr);
   ::unlink(hostfile);
-  (*server)->Stop();
+  server->Stop();
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (code != 0) {
     std::string why = DescribeSrunFailure(srun_lines);

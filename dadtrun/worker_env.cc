@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <iomanip>
 #include <sstream>
+#include <utility>
 #include <unistd.h>
 
 #include "runtime/common/env.h"
@@ -249,6 +250,23 @@ StatusOr<int> FindFreePort(const std::string& addr) {
   if (!fd.ok()) return fd.status();
   ::close(*fd);
   return port;
+}
+
+StatusOr<JobRendezvous> StartJobRendezvous(const LaunchConfig& config, const std::string& local_hostname,
+                                           const std::string& bind_addr, bool torch_master) {
+  JobRendezvous job;
+  DADT_ASSIGN_OR_RETURN(job.endpoints.secret, GenerateSecret());
+  StatusOr<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start(bind_addr, job.endpoints.secret);
+  if (!server.ok()) return server.status();
+  job.server = std::move(*server);
+  job.endpoints.hostname = local_hostname;
+  job.endpoints.rendezvous_addr = bind_addr;
+  job.endpoints.rendezvous_port = job.server->port();
+  if (torch_master) {
+    DADT_ASSIGN_OR_RETURN(job.endpoints.master_port, FindFreePort(bind_addr));
+    job.endpoints.master_addr = MasterAddress(config, local_hostname, bind_addr);
+  }
+  return job;
 }
 
 }  // namespace dadtrun

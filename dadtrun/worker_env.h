@@ -8,10 +8,12 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dadtrun/cli.h"
+#include "dadtrun/rendezvous_server.h"
 #include "runtime/common/status.h"
 
 namespace dadt {
@@ -96,6 +98,16 @@ StatusOr<std::string> GenerateSecret();
 
 // A TCP port that was free a moment ago on `addr` (bind to port 0, read it, close).
 StatusOr<int> FindFreePort(const std::string& addr);
+
+// Where one job's ranks meet: dadtrun's rendezvous server on `bind_addr` with a fresh secret, and
+// the endpoints every rank is told. `torch_master`: also MASTER_ADDR (MasterAddress) and a free
+// MASTER_PORT for torch.distributed scripts (not for elastic jobs, whose geometry changes).
+struct JobRendezvous {
+  std::unique_ptr<RendezvousServer> server;
+  JobEndpoints endpoints;
+};
+StatusOr<JobRendezvous> StartJobRendezvous(const LaunchConfig& config, const std::string& local_hostname,
+                                           const std::string& bind_addr, bool torch_master);
 
 }  // namespace dadtrun
 }  // namespace dadt
