@@ -146,12 +146,7 @@ def grouped_allreduce_async(values: Sequence[Any], name: Optional[str] = None, o
                             process_set=None) -> int:
     """Reduces a list of arrays as one fused collective (members ``'<name>.<i>'``);
     synchronize() returns the list of results."""
-    values = list(values)
-    if not values:
-        raise ValueError("grouped allreduce needs at least one tensor")
-    base = make_name("grouped_allreduce", name, process_set)
-    names = ["%s.%d" % (base, i) for i in range(len(values))]
-    arrays = [as_array(v, n) for v, n in zip(values, names)]
+    names, arrays = _group_members(values, "grouped_allreduce", name, process_set)
     # Everything the runtime could refuse is checked before any member is enqueued: a refused
     # member would leave the others waiting for a group that never completes.
     for array, member in zip(arrays, names):
@@ -181,17 +176,9 @@ def grouped_allgather_async(values: Sequence[Any], name: Optional[str] = None,
                             process_set=None) -> int:
     """Allgathers a list of arrays under one handle (members ``'<name>.<i>'``); synchronize()
     returns the list of results."""
-    values = list(values)
-    if not values:
-        raise ValueError("grouped allgather needs at least one tensor")
-    base = make_name("grouped_allgather", name, process_set)
-    names = ["%s.%d" % (base, i) for i in range(len(values))]
-    arrays = [as_array(v, n) for v, n in zip(values, names)]
+    names, arrays = _group_members(values, "grouped_allgather", name, process_set)
     _check_not_in_flight(names, process_set)
-    keep: List[Any] = []
-    handles = [_submit(OP_ALLGATHER, n, a, None, keep, process_set=process_set)
-               for a, n in zip(arrays, names)]
-    return _track(handles, names, keep, lambda hs: [_take(h) for h in hs], process_set)
+    return _submit_group_taking_outputs(OP_ALLGATHER, names, arrays, process_set)
 
 
 def grouped_reducescatter_async(values: Sequence[Any], name: Optional[str] = None,
@@ -199,18 +186,31 @@ def grouped_reducescatter_async(values: Sequence[Any], name: Optional[str] = Non
                                 postscale_factor: float = 1.0, process_set=None) -> int:
     """Reducescatters a list of arrays under one handle (members ``'<name>.<i>'``);
     synchronize() returns the list of this rank's blocks."""
-    values = list(values)
-    if not values:
-        raise ValueError("grouped reducescatter needs at least one tensor")
-    base = make_name("grouped_reducescatter", name, process_set)
-    names = ["%s.%d" % (base, i) for i in range(len(values))]
-    arrays = [as_array(v, n) for v, n in zip(values, names)]
+    names, arrays = _group_members(values, "grouped_reducescatter", name, process_set)
     for array, member in zip(arrays, names):
         _check_reduction(array, member, op, prescale_factor, postscale_factor)
     _check_not_in_flight(names, process_set)
+    return _submit_group_taking_outputs(OP_REDUCESCATTER, names, arrays, process_set, reduce_op=op,
+                                        prescale=prescale_factor, postscale=postscale_factor)
+
+
+def _group_members(values: Sequence[Any], collective: str, name: Optional[str],
+                   process_set) -> Tuple[List[str], List[Any]]:
+    """The members of a grouped collective: their names ``'<name>.<i>'`` and their arrays."""
+    values = list(values)
+    if not values:
+        raise ValueError("%s needs at least one tensor" % collective.replace("_", " "))
+    base = make_name(collective, name, process_set)
+    names = ["%s.%d" % (base, i) for i in range(len(values))]
+    return names, [as_array(v, n) for v, n in zip(values, names)]
+
+
+def _submit_group_taking_outputs(op_type: int, names: Sequence[str], arrays: Sequence[Any],
+                                 process_set, **submit_args) -> int:
+    """Enqueues every member (the runtime allocates each output) under one handle whose result
+    is the list of outputs."""
     keep: List[Any] = []
-    handles = [_submit(OP_REDUCESCATTER, n, a, None, keep, reduce_op=op, prescale=prescale_factor,
-                       postscale=postscale_factor, process_set=process_set)
+    handles = [_submit(op_type, n, a, None, keep, process_set=process_set, **submit_args)
                for a, n in zip(arrays, names)]
     return _track(handles, names, keep, lambda hs: [_take(h) for h in hs], process_set)
 
