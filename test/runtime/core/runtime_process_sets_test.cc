@@ -9,8 +9,8 @@
 #include <functional>
 #include <thread>
 
-#include "runtime/common/rendezvous/in_memory_store.h"
 #include "runtime/core/runtime.h"
+#include "test/runtime/core/thread_ranks.h"
 
 namespace dadt {
 namespace core {
@@ -18,46 +18,21 @@ namespace {
 
 constexpr int kSize = 4;
 
-class SharedStore : public KeyValueStore {
- public:
-  explicit SharedStore(KeyValueStore* s) : s_(s) {}
-  Status Set(const std::string& k, const std::string& v) override { return s_->Set(k, v); }
-  StatusOr<std::string> Get(const std::string& k, std::chrono::milliseconds t) override {
-    return s_->Get(k, t);
-  }
-
- private:
-  KeyValueStore* s_;
-};
-
 // `eager_bytes`: allreduces up to this size are reduced by the coordinator (eager_reduce.h); 0
 // sends every one through the set's data plane.
 void RunRanks(const std::function<void(int, Runtime&)>& body, int64_t eager_bytes = 32 * 1024) {
-  rendezvous::InMemoryStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kSize; ++r) {
-    threads.emplace_back([&, r] {
-      RuntimeOptions o;
-      o.rank = o.local_rank = r;
-      o.size = o.local_size = kSize;
-      o.secret = "s3cret";
-      o.eager_threshold_bytes = eager_bytes;
-      o.start_timeout = std::chrono::seconds(20);
-      o.op_timeout = std::chrono::seconds(20);
-      auto rt = Runtime::Start(o, std::make_unique<SharedStore>(&store));
-      ASSERT_TRUE(rt.ok()) << rt.status().ToString();
-      body(r, **rt);
-      TensorEntry end;  // no rank shuts the job down while another still works
-      end.request.op = OpType::kBarrier;
-      end.request.name = "end";
-      auto h = (*rt)->Enqueue(std::move(end));
-      ASSERT_TRUE(h.ok());
-      EXPECT_TRUE((*rt)->handles().Wait(*h).ok());
-      (*rt)->Shutdown();
-      EXPECT_EQ((*rt)->process_sets().ids(), (std::vector<int32_t>{0})) << "shutdown drops sets";
-    });
-  }
-  for (auto& t : threads) t.join();
+  testing_threads::RunThreadRanks(kSize, [&](RuntimeOptions& o) { o.eager_threshold_bytes = eager_bytes; },
+                                  [&](int r, Runtime& rt) {
+    body(r, rt);
+    TensorEntry end;  // no rank shuts the job down while another still works
+    end.request.op = OpType::kBarrier;
+    end.request.name = "end";
+    auto h = rt.Enqueue(std::move(end));
+    ASSERT_TRUE(h.ok());
+    EXPECT_TRUE(rt.handles().Wait(*h).ok());
+  }, [](int, Runtime& rt) {
+    EXPECT_EQ(rt.process_sets().ids(), (std::vector<int32_t>{0})) << "shutdown drops sets";
+  });
 }
 
 TensorEntry Entry(OpType op, const std::string& name, int32_t set, std::vector<float>& in,

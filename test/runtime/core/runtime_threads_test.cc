@@ -11,49 +11,19 @@
 #include <functional>
 #include <thread>
 
-#include "runtime/common/rendezvous/in_memory_store.h"
+#include "test/runtime/core/thread_ranks.h"
 
 namespace dadt {
 namespace core {
 namespace {
 
-// Lets every rank's Runtime own "its" store while all share one map.
-class SharedStore : public KeyValueStore {
- public:
-  explicit SharedStore(KeyValueStore* s) : s_(s) {}
-  Status Set(const std::string& k, const std::string& v) override { return s_->Set(k, v); }
-  StatusOr<std::string> Get(const std::string& k, std::chrono::milliseconds t) override {
-    return s_->Get(k, t);
-  }
-
- private:
-  KeyValueStore* s_;
-};
-
 // Runs body(rank, runtime) on `size` threads, each with its own Runtime.
 void RunRanks(int size, int64_t fusion_bytes, const std::function<void(int, Runtime&)>& body,
               int64_t eager_bytes = 32 * 1024) {
-  rendezvous::InMemoryStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      RuntimeOptions o;
-      o.rank = r;
-      o.size = size;
-      o.local_rank = r;
-      o.local_size = size;
-      o.secret = "s3cret";
-      o.fusion_threshold_bytes = fusion_bytes;
-      o.eager_threshold_bytes = eager_bytes;
-      o.start_timeout = std::chrono::seconds(20);
-      o.op_timeout = std::chrono::seconds(20);
-      auto rt = Runtime::Start(o, std::make_unique<SharedStore>(&store));
-      ASSERT_TRUE(rt.ok()) << rt.status().ToString();
-      body(r, **rt);
-      (*rt)->Shutdown();
-    });
-  }
-  for (auto& t : threads) t.join();
+  testing_threads::RunThreadRanks(size, [&](RuntimeOptions& o) {
+    o.fusion_threshold_bytes = fusion_bytes;
+    o.eager_threshold_bytes = eager_bytes;
+  }, body);
 }
 
 TensorEntry Entry(OpType op, const std::string& name, std::vector<float>& in, std::vector<float>& out) {
