@@ -19,9 +19,8 @@ Status TensorQueue::Push(TensorEntry entry) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_.ok()) return closed_;
-    InFlightTensor t{entry.request.name, OpTypeName(entry.request.op), false,
-                     std::chrono::steady_clock::now()};
-    if (!in_flight_.emplace(EntryKey(entry.request), std::move(t)).second) {
+    const InFlightState state{OpTypeName(entry.request.op), false, std::chrono::steady_clock::now()};
+    if (!in_flight_.emplace(EntryKey(entry.request), state).second) {
       const int32_t set = entry.request.process_set_id;
       const std::string where =
           set == 0 ? std::string() : "in process set " + std::to_string(set) + " ";
@@ -77,7 +76,10 @@ std::vector<InFlightTensor> TensorQueue::InFlight(size_t limit) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     out.reserve(in_flight_.size());
-    for (const auto& kv : in_flight_) out.push_back(kv.second);
+    for (const auto& [key, state] : in_flight_) {
+      // The name is the key up to the NUL that precedes a process set's id (EntryKey).
+      out.push_back({key.substr(0, key.find('\0')), state.op, state.in_data_plane, state.since});
+    }
   }
   std::sort(out.begin(), out.end(), [](const InFlightTensor& a, const InFlightTensor& b) {
     if (a.in_data_plane != b.in_data_plane) return a.in_data_plane;

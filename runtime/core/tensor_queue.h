@@ -90,7 +90,13 @@ class TensorQueue {
  private:
   mutable std::mutex mu_;
   std::vector<TensorEntry> pending_;
-  std::unordered_map<std::string, InFlightTensor> in_flight_;  // by EntryKey
+  // What InFlight() reports of a tensor, less its name (the key holds it).
+  struct InFlightState {
+    const char* op;  // OpTypeName: static
+    bool in_data_plane;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::unordered_map<std::string, InFlightState> in_flight_;  // by EntryKey
   Status closed_;
   int wake_fd_ = -1;
 };

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <chrono>
 #include <set>
 #include <string>
 #include <thread>
@@ -56,6 +57,32 @@ TEST(TensorQueue, TheSameNameMayBeInFlightInTwoProcessSets) {
   EXPECT_TRUE(q.Push(in_set).ok());
   EXPECT_NE(EntryKey(2, "w"), EntryKey(0, "w"));
   EXPECT_EQ(EntryKey(0, "w"), "w");
+}
+
+// What the liveness watch reports a rank waits for: each in-flight tensor by its own name (a
+// process set's too), data-plane waits first, then the oldest; finished ones are gone.
+TEST(TensorQueue, InFlightListsDataPlaneWaitsFirstThenTheOldest) {
+  TensorQueue q;
+  TensorEntry in_set = Entry("b");
+  in_set.request.process_set_id = 2;
+  in_set.request.op = OpType::kAllgather;
+  ASSERT_TRUE(q.Push(Entry("a")).ok());
+  ASSERT_TRUE(q.Push(in_set).ok());
+  ASSERT_TRUE(q.Push(Entry("c")).ok());
+  q.MarkReleased(2, {"b", "unknown"}, std::chrono::steady_clock::now());
+  std::vector<InFlightTensor> got = q.InFlight(8);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].name, "b");
+  EXPECT_TRUE(got[0].in_data_plane);
+  EXPECT_STREQ(got[0].op, "allgather");
+  EXPECT_EQ(got[1].name, "a");
+  EXPECT_FALSE(got[1].in_data_plane);
+  EXPECT_EQ(got[2].name, "c");
+  EXPECT_EQ(q.InFlight(1).size(), 1u);
+  q.Finish(EntryKey(2, "b"));
+  got = q.InFlight(8);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].name, "a");
 }
 
 TEST(TensorQueue, NameInFlightIsRefusedWithItsNameUntilFinished) {
