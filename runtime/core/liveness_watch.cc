@@ -100,15 +100,16 @@ Status LivenessWatch::Start(const std::vector<std::string>& records, Hooks hooks
     }
     std::getline(is >> std::ws, host);
     hosts_.push_back(host.empty() ? "?" : host);
-    peers_.emplace_back(addr, port);
+    // A peer rank 0 could not send to would look silent to it: refuse the record instead.
+    auto sa = Ipv4(addr, port);
+    if (!sa.ok()) return sa.status();
+    peers_.push_back(*sa);
     if (r == 0) token_ = token;
   }
   if (rank_ != 0) {
-    auto sa = Ipv4(peers_[0].first, peers_[0].second);
-    if (!sa.ok()) return sa.status();
     // Connected: only rank 0's datagrams are read, and a rank 0 that exited (its socket closed)
     // shows as ECONNREFUSED instead of silence.
-    if (connect(fd_, reinterpret_cast<const sockaddr*>(&*sa), sizeof(*sa)) != 0) {
+    if (connect(fd_, reinterpret_cast<const sockaddr*>(&peers_[0]), sizeof(peers_[0])) != 0) {
       return InternalError("liveness: connect: " + net::ErrnoText(errno));
     }
   }
@@ -143,10 +144,8 @@ void LivenessWatch::SendHeartbeats(const std::vector<SilentPeer>& verdict, bool 
   hb.end = end;
   const std::string msg = EncodeHeartbeat(hb);
   for (int r = 1; r < size_; ++r) {
-    auto sa = Ipv4(peers_[r].first, peers_[r].second);
-    if (!sa.ok()) continue;
-    (void)sendto(fd_, msg.data(), msg.size(), MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&*sa),
-                 sizeof(*sa));
+    (void)sendto(fd_, msg.data(), msg.size(), MSG_NOSIGNAL,
+                 reinterpret_cast<const sockaddr*>(&peers_[r]), sizeof(peers_[r]));
   }
 }
 

@@ -22,6 +22,8 @@
 //   (*w)->Stop();
 #pragma once
 
+#include <netinet/in.h>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -87,7 +89,7 @@ class LivenessWatch {
   uint64_t own_token_ = 0;
   uint64_t token_ = 0;  // rank 0's
   std::vector<std::string> hosts_;
-  std::vector<std::pair<std::string, int>> peers_;  // address, port by rank (rank 0 uses them)
+  std::vector<sockaddr_in> peers_;  // by rank, parsed once in Start (rank 0 sends to them all)
   Hooks hooks_;
   uint64_t seq_ = 0;
   // A worker's latest verdict from rank 0, and whether rank 0 ends the job.
