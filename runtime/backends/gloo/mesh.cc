@@ -94,6 +94,9 @@ StatusOr<std::string> MeshVerdict(const BackendOptions& options, const std::stri
   return store->Get(keys + "all", timeout);
 }
 
+// The verdict of a rank that stopped waiting for a peer that never published its address.
+constexpr char kGaveUp[] = "gave up waiting for a rank that had not arrived within the start timeout";
+
 }  // namespace
 
 StatusOr<Mesh> ConnectMesh(const BackendOptions& options, std::shared_ptr<BufferRegistry> registry) {
@@ -130,6 +133,11 @@ StatusOr<Mesh> ConnectMesh(const BackendOptions& options, std::shared_ptr<Buffer
     // never reached the meeting: it will not report a verdict either, and another attempt would
     // wait for it again. Every rank that did arrive times out on its key the same way.
     if (!s.ok() && store.key_never_appeared()) {
+      // A rank that reaches the meeting after this one gave up finds its verdict at once, instead
+      // of waiting the verdict's whole time for ranks that are gone (an elastic worker that a new
+      // round started late, a slow host).
+      (void)options.store->Set(prefix + "mesh_verdict/" + std::to_string(options.rank), kGaveUp);
+      if (options.rank == 0) (void)options.store->Set(prefix + "mesh_verdict/all", std::string("rank 0: ") + kGaveUp);
       return Status(s.code(), s.message() + where +
                                   ": a rank did not reach init() within the start timeout "
                                   "(dadtrun --start-timeout, DADT_START_TIMEOUT)");
@@ -145,6 +153,10 @@ StatusOr<Mesh> ConnectMesh(const BackendOptions& options, std::shared_ptr<Buffer
     if (!verdict.ok()) {
       const Status& first = s.ok() ? verdict.status() : s;
       return Status(first.code(), first.message() + where);
+    }
+    if (verdict->find(kGaveUp) != std::string::npos) {  // no attempt forms a mesh with ranks that left
+      return Status(StatusCode::kTimeout, "the Gloo mesh did not form: " + *verdict + where +
+                                              " (dadtrun --start-timeout, DADT_START_TIMEOUT)");
     }
     if (attempt == kMeshAttempts) {
       return Status(s.ok() ? StatusCode::kAborted : s.code(),

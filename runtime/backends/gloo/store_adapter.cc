@@ -71,9 +71,13 @@ void StoreAdapter::wait(const std::vector<std::string>& keys) { wait(keys, timeo
 
 void StoreAdapter::wait(const std::vector<std::string>& keys,
                         const std::chrono::milliseconds& timeout) {
+  // Gloo's connectFullMesh passes its context's timeout here, which the mesh sets to the pair
+  // connect timeout (mesh.h, kPairConnectTimeout): a peer still on its way to init() (a slow
+  // import, a worker that a new round just started) would be given up on after that, not after
+  // the start timeout. The meeting is ours to bound: never less than this adapter's timeout.
   // One deadline for the whole set, as Gloo's own stores do. Get() returns as soon as a key
   // exists, so waiting for the keys one after another costs no more than the slowest of them.
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = std::chrono::steady_clock::now() + std::max(timeout, timeout_);
   for (const auto& key : keys) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());

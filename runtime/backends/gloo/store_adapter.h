@@ -5,12 +5,13 @@
 // or an in-memory map), with every key prefixed by BackendOptions::store_prefix so that several
 // backends or several jobs can share one store.
 //
-//   StoreAdapter store(options.store, options.store_prefix, options.timeout);
+//   StoreAdapter store(options.store, options.store_prefix, options.connect_timeout);
 //   context->connectFullMesh(store, device);
 //
 // Values are hex-encoded: Gloo's addresses are raw sockaddr bytes (with NULs), and the store's
 // wire protocol is not required to be binary-safe. A few hundred bytes per rank, once per job.
-// get() blocks until the key exists or the timeout passes; failures are thrown as StoreError
+// get() and wait() block until the keys exist or the adapter's timeout passes (the start timeout:
+// a wait() that Gloo gives a shorter timeout still waits that long); failures are thrown as StoreError
 // (see gloo_error.h) because Gloo's Store interface has no other way to report them.
 //
 // Thread safety: as safe as the underlying KeyValueStore (which must allow concurrent calls);

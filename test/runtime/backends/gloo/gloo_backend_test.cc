@@ -101,6 +101,25 @@ TEST(GlooBackendTest, MissingPeerTimesOutNamingTheKey) {
   EXPECT_LT(SecondsSince(start), 5);
 }
 
+// A rank that gave up on a peer that never arrived leaves its verdict: the peer, arriving later
+// (an elastic worker a new round started late), fails at once with that reason instead of waiting
+// the verdict's time (connect + 6 x pair timeout) for a rank that is gone.
+TEST(GlooBackendTest, LateRankLearnsAtOnceThatTheOthersGaveUp) {
+  InMemoryKeyValueStore store;
+  BackendOptions early = Options(0, 2, &store, milliseconds(1000));
+  auto gave_up = BackendRegistry::Create("gloo", early);
+  ASSERT_FALSE(gave_up.ok());
+  EXPECT_NE(gave_up.status().message().find("did not reach init()"), std::string::npos)
+      << gave_up.status().ToString();
+  BackendOptions late = Options(1, 2, &store, milliseconds(1000));
+  late.store_prefix = early.store_prefix;
+  const auto start = Clock::now();
+  auto created = BackendRegistry::Create("gloo", late);
+  ASSERT_FALSE(created.ok());
+  EXPECT_NE(created.status().message().find("gave up waiting"), std::string::npos) << created.status().ToString();
+  EXPECT_LT(SecondsSince(start), 5);  // the pair's refused connection (1 s), not 1 + 6 x 1 s
+}
+
 TEST(GlooBackendTest, StoreAdapterPrefixesHexEncodesAndBlocks) {
   InMemoryKeyValueStore store;
   StoreAdapter a(&store, "p/", milliseconds(5000));
@@ -121,6 +140,19 @@ TEST(GlooBackendTest, StoreAdapterPrefixesHexEncodesAndBlocks) {
     EXPECT_EQ(e.status().code(), StatusCode::kTimeout);
     EXPECT_NE(e.status().message().find("p/never"), std::string::npos);
   }
+  EXPECT_TRUE(impatient.key_never_appeared());
+
+  // Gloo's connectFullMesh waits with its context's (pair) timeout: the adapter still waits its
+  // own, the start timeout, for a peer that reaches the meeting late.
+  StoreAdapter patient(&store, "p/", milliseconds(5000));
+  std::thread late([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    a.set("late", value);
+  });
+  EXPECT_NO_THROW(patient.wait({"k", "late"}, milliseconds(50)));
+  late.join();
+  EXPECT_FALSE(patient.key_never_appeared());
+
   std::vector<char> decoded;
   EXPECT_FALSE(StoreAdapter::HexDecode("abc", &decoded));
   EXPECT_FALSE(StoreAdapter::HexDecode("zz", &decoded));
