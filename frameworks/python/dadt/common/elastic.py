@@ -355,10 +355,13 @@ def _reset_until_joined(reset: Callable[[], None]) -> None:
         try:
             reset()
             return
-        except DadtInternalError:
+        except DadtInternalError as e:
             # Joined a round whose world then failed to connect: the launcher publishes another.
-            if _joined_round() == joined_before:
+            joined = _joined_round()
+            if joined == joined_before:
                 raise
+            print("dadt: elastic: round %d did not form (%s); waiting for the next round"
+                  % (joined, str(e).splitlines()[0][:300] if str(e) else type(e).__name__), file=sys.stderr, flush=True)
 
 
 def _joined_round() -> int:

@@ -32,7 +32,11 @@ rules (the round's keys and rank order in dadt/ray/_elastic_plan.py):
    join a running job (the survivors' next ``commit()`` raises HostsUpdatedInterrupt), then the
    round's keys. Every round after the first is a reset; ``reset_limit`` ends the job before more.
 5. A worker whose actor dies (its node died, its process was killed) is lost: the survivors'
-   collectives fail, they re-init, and the next round goes without it. Its node rests: for the rest
+   collectives fail, they re-init, and the next round goes without it. So is a worker of the latest
+   round that the survivors' liveness watch names silent for the shutdown time (a frozen process,
+   ``elastic/<round>/unresponsive/<rank>``, read every second): its actor is killed first. And so is
+   a worker whose function raised DadtInternalError (its world failed where ``dadt.elastic.run``
+   cannot retry: a first ``init()`` that came after its round's other ranks gave up on it). Its node rests: for the rest
    of the run without ``cooldown_range`` (Horovod's default), else MIN seconds, doubling on each
    repeat up to MAX. A node that left Ray is lost for good (a node that rejoins has a new id).
 6. Fewer than ``min_workers`` workers up for ``elastic_timeout`` seconds: the run fails with
@@ -41,7 +45,7 @@ rules (the round's keys and rank order in dadt/ray/_elastic_plan.py):
    whose world failed after that learns from its ``init()`` that no round will come); `run` waits
    for the rest of that round and returns their results in rank order. A worker of that round
    whose function raised (not a peer's failure, which ``dadt.elastic.run`` handles) ends the run at
-   once with WorkerError. Every worker actor of the run is killed before `run` returns or raises.
+   once with WorkerError (any other exception: a bug every rank would hit). Every worker actor of the run is killed before `run` returns or raises.
 """
 import dataclasses
 import logging
@@ -52,6 +56,7 @@ from typing import Any, Callable, Dict, List, Optional
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from dadt.common.exceptions import DadtInternalError
 from dadt.ray import _elastic_plan, _places
 from dadt.ray.worker import DadtRayWorker
 
@@ -126,6 +131,9 @@ class StoreHolder:
 
     def publish(self, items) -> None:
         ray.get(self.actor.publish.remote(self.addr, self.port, self.secret, list(items)))
+
+    def peek(self, keys: List[str]) -> Dict[str, str]:
+        return ray.get(self.actor.peek.remote(self.addr, self.port, self.secret, list(keys)))
 
     def kill(self) -> None:
         try:
@@ -219,7 +227,29 @@ class ElasticJob:
         except Exception:
             pass
 
-    def _lost(self, w: _Worker, error: BaseException, now: float) -> None:
+    def _kill_unresponsive(self, now: float) -> None:
+        """A rank of the latest round that the survivors' liveness watch named silent for the
+        shutdown time (DADT_LIVENESS_SHUTDOWN_TIME_SECONDS): its actor is killed and it is lost now,
+        as dadtrun's driver does; a frozen process never ends by itself, and its peers wait for a
+        round without it."""
+        if not self.round or self.finishing:
+            return
+        keys = {_elastic_plan.unresponsive_key(self.round, rank): wid for rank, wid in enumerate(self.members)
+                if wid in self.workers}
+        if not keys:
+            return
+        try:
+            found = self.store.peek(list(keys))
+        except Exception as e:  # the store's actor is on the head node; a failed peek is retried next second
+            logger.debug("dadt.ray: reading the liveness reports: %s", e)
+            return
+        for key, what in found.items():
+            w = self.workers.get(keys[key])
+            if w is not None:
+                self._lost(w, "the survivors report it silent (%s); killing it" % what, now)
+
+    def _lost(self, w: _Worker, cause: str, now: float) -> None:
+        """``w`` is lost (``cause``: what happened, for the driver's line)."""
         node_alive = any(n["NodeID"] == w.node_id and n.get("Alive") for n in ray.nodes())
         if not node_alive:
             self.lost_nodes.setdefault(w.node_id, "%s (node %s left Ray at %s)"
@@ -236,8 +266,7 @@ class ElasticJob:
                 self.rest_until[w.node_id] = float("inf")
                 why = "is not used again in this run (no cooldown_range)"
             self.lost_nodes.setdefault(w.node_id, "%s (worker %s died at %s)" % (w.ip, w.id, time.strftime("%H:%M:%S")))
-            say(self.settings, "worker %s lost: its actor died (%s); node %s %s"
-                % (w.id, str(error).splitlines()[0][:200], w.ip, why))
+            say(self.settings, "worker %s lost: %s; node %s %s" % (w.id, cause, w.ip, why))
         self._drop(w)
         self.round_wanted, self.last_event = True, now
 
@@ -277,9 +306,16 @@ class ElasticJob:
         except ray.exceptions.RayActorError as e:
             if self.finishing and w.id in self.members:
                 raise WorkerError(self.members.index(w.id), len(self.members), self.fn_name, e, True) from e
-            self._lost(w, e, now)
+            self._lost(w, "its actor died (%s)" % str(e).splitlines()[0][:200], now)
             return
-        except ray.exceptions.RayError as e:  # fn raised: a bug, not a peer's failure
+        except ray.exceptions.RayError as e:
+            if isinstance(e, DadtInternalError) and not self.finishing:
+                # Its world failed where dadt.elastic.run cannot retry (the first init() of a worker
+                # that reached its round after the others gave up on it, or no round came): a
+                # failure of this worker, as dadtrun counts a worker's non-zero exit; not a bug.
+                self._lost(w, "its world failed (%s)" % str(e).splitlines()[-1][:200], now)
+                return
+            # fn raised anything else: a bug, not a peer's failure
             rank = self.members.index(w.id) if w.id in self.members else -1
             raise WorkerError(rank, len(self.members), "%s (worker %s on %s, round %d)"
                               % (self.fn_name, w.id, w.ip, self.round), e, len(self.workers) > 1) from e
@@ -356,6 +392,7 @@ class ElasticJob:
                 now = time.monotonic()
                 if now >= self.next_discovery:
                     self._discover(now)
+                    self._kill_unresponsive(now)
                     self.next_discovery = now + DISCOVERY_S
                 self._poll(now)
                 if self.finishing and all(wid in self.results for wid in self.members):

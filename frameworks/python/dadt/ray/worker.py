@@ -185,6 +185,12 @@ class DadtRayWorker:
         from dadt.ray._elastic_plan import store_set
         store_set(addr, port, secret, items)
 
+    def peek(self, addr: str, port: int, secret: str, keys: List[str]) -> Dict[str, str]:
+        """The store's actor of an elastic job: those of ``keys`` that the store holds (the
+        survivors' reports of a silent rank)."""
+        from dadt.ray._elastic_plan import store_get
+        return store_get(addr, port, secret, keys)
+
     def stop(self) -> None:
         shutdown_dadt()
         stop_store()
