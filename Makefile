@@ -27,7 +27,7 @@ BENCH_ARGS ?=
 # Wall-clock limits (seconds): per launch of the Python suite, and for the integration and chaos tiers.
 export DADT_TEST_TIMEOUT ?= 600
 INTEGRATION_TIMEOUT ?= 1800
-CHAOS_TIMEOUT ?= 600
+CHAOS_TIMEOUT ?= 900
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
 .PHONY: help deps build install demo test test-cc test-python-unit test-python test-python-frameworks test-conformance test-integration bench clean
@@ -60,11 +60,13 @@ demo: deps install
 test: deps install
 	@log=$$(mktemp); failed=0; summary=""; \
 	for tier in test-cc test-python-unit test-python-elastic test-python test-python-frameworks test-conformance test-mxnet test-integration test-chaos test-fuzz test-asan test-tsan; do \
+	    start=$$SECONDS; \
 	    $(MAKE) --no-print-directory $$tier 2>&1 | tee $$log; rc=$${PIPESTATUS[0]}; \
+	    took="$$(( (SECONDS - start) / 60 )) min $$(( (SECONDS - start) % 60 )) s"; \
 	    if [ $$rc -ne 0 ]; then verdict="FAILED (exit $$rc)"; failed=$$((failed + 1)); \
 	    elif grep -q '^SKIP tier' $$log; then verdict="skipped: $$(grep -m1 '^SKIP tier' $$log | sed 's/^SKIP tier [0-9a-z]*: //')"; \
 	    else verdict="passed"; fi; \
-	    summary="$$summary$$(printf '  %-18s %s' $$tier "$$verdict")"$$'\n'; \
+	    summary="$$summary$$(printf '  %-22s %-10s %s' $$tier "$$took" "$$verdict")"$$'\n'; \
 	done; rm -f $$log; \
 	echo; echo "==================== make test: summary ===================="; printf '%s' "$$summary"; \
 	if [ $$failed -ne 0 ]; then echo "make test: FAILED ($$failed tier(s) failed)"; exit 1; fi; \
@@ -136,21 +138,21 @@ test-integration:
 	@if [ ! -d test/integration ]; then echo "SKIP tier 3: test/integration/ does not exist yet"; exit 0; fi; \
 	if [ -z "$$(find test/integration -name 'test_*.py' -o -name '*_test.py' | head -n 1)" ]; then \
 	    echo "SKIP tier 3: no test files in test/integration/ yet"; exit 0; fi; \
-	timeout -k 30 $(INTEGRATION_TIMEOUT) $(PYTEST) test/integration </dev/null; rc=$$?; \
+	timeout -k 30 $(INTEGRATION_TIMEOUT) $(PYTEST) --durations=15 test/integration </dev/null; rc=$$?; \
 	if [ $$rc -eq 124 ] || [ $$rc -eq 137 ]; then echo "[tier 3] timed out after $(INTEGRATION_TIMEOUT)s"; fi; \
 	exit $$rc
 
 # Faults on purpose (test/chaos; docs/troubleshooting.md, "Network faults and a lost launcher"): jobs
 # across the namespace hosts h3 and h4 (tools/netns_hosts.sh, DADT_NETNS_HOSTS=4, made here when
 # missing) over a lossy link, through a short partition, with dadtrun SIGKILLed, the elastic
-# checkpoint's filesystem full or read-only, one rank 10x slower, a stranger on the job's ports, and
-# (skipped where dadtrun has no --liveness-timeout-seconds) a long partition and a SIGSTOPped rank;
-# each scenario 3 times (DADT_CHAOS_REPEATS), no rank left on any host after each. 5.5 to 7 minutes
-# on 2 cores; needs root, ip(8), sshd and iptables (tc netem where the kernel has it).
+# checkpoint's filesystem full or read-only, one rank 10x slower, a stranger on the job's ports, a
+# long partition and a SIGSTOPped rank (static and elastic jobs); each scenario 3 times
+# (DADT_CHAOS_REPEATS), no rank left on any host after each. About 7.5 minutes on 2 cores; needs
+# root, ip(8), sshd and iptables (tc netem where the kernel has it).
 test-chaos:
 	@echo "==================== [tier 3c] Chaos: pytest test/chaos ===================="
 	@if [ ! -d test/chaos ]; then echo "SKIP tier 3c: test/chaos/ does not exist yet"; exit 0; fi; \
-	timeout -k 30 $(CHAOS_TIMEOUT) $(PYTEST) -rs test/chaos </dev/null; rc=$$?; \
+	timeout -k 30 $(CHAOS_TIMEOUT) $(PYTEST) -rs --durations=10 test/chaos </dev/null; rc=$$?; \
 	if [ $$rc -eq 124 ] || [ $$rc -eq 137 ]; then echo "[tier 3c] timed out after $(CHAOS_TIMEOUT)s"; fi; \
 	exit $$rc
 

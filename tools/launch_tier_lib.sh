@@ -39,14 +39,17 @@ run_launch() {  # name, then the launcher's argv up to the program; the program 
     local cmd=("$@" "${TEST_CMD[@]}")
     echo
     echo "---------- [${TIER}] ${name}: ${cmd[*]} ----------"
-    local start=$SECONDS rc
-    if [ -n "${TEST_CMD_LOG:-}" ]; then  # also keep the output in that file
-        timeout -k 30 "$LIMIT" "${cmd[@]}" </dev/null 2>&1 | tee "$TEST_CMD_LOG"
-        rc=${PIPESTATUS[0]}
-    else
-        timeout -k 30 "$LIMIT" "${cmd[@]}" </dev/null
-        rc=$?
+    local start=$SECONDS rc log="${TEST_CMD_LOG:-}" own_log=0
+    if [ -z "$log" ]; then log=$(mktemp); own_log=1; fi  # the caller's file, else one of our own
+    timeout -k 30 "$LIMIT" "${cmd[@]}" </dev/null 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    # pytest's "FAILED test/x.py::test_y" lines, without the launcher's "[rank]<stdout>:" prefix and
+    # once for all ranks: the failing tests can be read at a glance above the summary.
+    if [ "$rc" -ne 0 ]; then
+        sed -e 's/\x1b\[[0-9;]*m//g' -e 's/^\[[0-9,]*\]<std[a-z]*>: *//' "$log" \
+            | grep -aoE '^(FAILED|ERROR) [^ ]+::[^ ]+' | sort -u | sed "s/\$/ (${name})/"
     fi
+    [ "$own_log" = 1 ] && rm -f "$log"
     local verdict="ok"
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         verdict="FAILED (timed out after ${LIMIT}s)"
