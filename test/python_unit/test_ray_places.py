@@ -192,6 +192,24 @@ def test_store_set_writes_in_order_and_names_a_refusal():
     thread.join(5)
 
 
+def test_store_get_reads_what_store_set_wrote_in_dadtruns_store():
+    """The driver's reads (a survivor's report of a silent rank) against the real store, dadtrun --serve-store."""
+    from dadt.ray import worker
+    secret = "k" * 32
+    port = worker.serve_store(secret, {"DADT_IFACE": ""})["port"]
+    try:
+        key = _elastic_plan.unresponsive_key(3, 1)
+        assert key == "elastic/3/unresponsive/1"
+        assert _elastic_plan.store_get("127.0.0.1", port, secret, [key]) == {}
+        _elastic_plan.store_set("127.0.0.1", port, secret, [(key, "rank 1 on host h2 stopped answering")])
+        got = _elastic_plan.store_get("127.0.0.1", port, secret, [_elastic_plan.unresponsive_key(3, 0), key])
+        assert got == {key: "rank 1 on host h2 stopped answering"}
+        with pytest.raises(ConnectionError, match="refused GET elastic/3/unresponsive/1: UNAUTHORIZED"):
+            _elastic_plan.store_get("127.0.0.1", port, "x" * 32, [key])
+    finally:
+        worker.stop_store()
+
+
 def test_elastic_env_has_no_rank():
     info = {"ip": "10.0.0.2", "iface": "eth1", "env_set": []}
     env = _places.elastic_env(info, "10.0.0.2/0/3", "10.0.0.1", 4242, "k" * 64, 630, 30,
