@@ -1,4 +1,4 @@
-// DLPack <-> dadt conversions for the C API (runtime/c_api.cc): element types both ways, and the
+// DLPack <-> dadt conversions for the C API (runtime/c_api*.cc): element types both ways, and the
 // layout check every tensor handed to the runtime passes (host or, in a CUDA build, GPU memory,
 // compact row-major).
 #pragma once
