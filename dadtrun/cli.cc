@@ -364,7 +364,8 @@ std::string UsageText() {
          "  --start-timeout SECONDS    time for ranks to meet (default 30) -> DADT_START_TIMEOUT\n"
          "  --network-interface IFACE  interface for rendezvous and rank traffic -> DADT_IFACE\n"
          "  --log-level LEVEL          trace|debug|info|warning|error   -> DADT_LOG_LEVEL\n"
-         "  --output-filename DIR      also write DIR/rank.<N>/stdout and DIR/rank.<N>/stderr\n"
+         "  --output-filename DIR      also write DIR/rank.<N>/stdout and DIR/rank.<N>/stderr (not\n"
+         "                             through mpirun)\n"
          "  --timeline-filename FILE   rank 0 writes a Chrome-trace timeline -> DADT_TIMELINE\n"
          "  --timeline-mark-cycles     add CYCLE_START marks to it      -> DADT_TIMELINE_MARK_CYCLES\n"
          "  --autotune                 tune fusion threshold and cycle time while training -> DADT_AUTOTUNE\n"
@@ -398,7 +399,8 @@ std::string UsageText() {
          "  --version                  print the version and exit\n"
          "  -h, --help                 print this help and exit\n"
          "\n"
-         "Each output line of rank N appears as [N]<stdout>:line or [N]<stderr>:line.\n"
+         "Each output line of rank N appears as [N]<stdout>:line or [N]<stderr>:line\n"
+         "([1,N]<stdout>:line through mpirun).\n"
          "Unset tuning flags leave the variables as your environment has them; Horovod's names\n"
          "(HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME, ...) work too, and the DADT_ name wins.\n";
 }

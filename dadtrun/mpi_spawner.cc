@@ -226,6 +226,12 @@ StatusOr<std::vector<std::string>> MpirunCommand(const LaunchConfig& config,
 }
 
 int LaunchWithMpirun(const LaunchConfig& config) {
+  if (!config.output_dir.empty()) {  // the ranks' output goes through mpirun, not dadtrun's mux
+    console::Message("--output-filename is not available for a launch through mpirun (--mpi, or MPI chosen "
+                     "because it is built and mpirun is on PATH); add --gloo, or give mpirun's own "
+                     "--output-filename with --mpi-args");
+    return 2;
+  }
   const std::string mpirun = FindMpirun();
   if (mpirun.empty()) {
     console::Message("--mpi needs Open MPI's mpirun on PATH (Debian: apt-get install openmpi-bin); "

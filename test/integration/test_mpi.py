@@ -165,6 +165,18 @@ def test_mpi_args_are_passed_to_mpirun(tmp_path, dadtrun):
     assert lines_of(proc.stdout, 1) == ["x from_mpi_args"], proc.stdout
 
 
+def test_output_filename_is_refused_through_mpirun(tmp_path, dadtrun):
+    """The ranks' output goes through mpirun, not dadtrun's own files: the flag is refused, naming
+    what to do, rather than ignored (with --mpi, and where MPI is chosen by default)."""
+    out = tmp_path / "out"
+    for flags in (["--mpi"], []):
+        proc = subprocess.run([dadtrun, *flags, "-np", "2", "--output-filename", str(out), "true"],
+                              env=worker_env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 2, (flags, proc.stdout, proc.stderr)
+        assert "--output-filename is not available for a launch through mpirun" in proc.stderr, proc.stderr
+        assert "--gloo" in proc.stderr and not out.exists()
+
+
 def test_program_found_on_the_users_path_and_lines_arrive_whole(tmp_path, dadtrun):
     """`dadtrun --mpi -np 2 python3 ...` runs the python3 first on the user's PATH (not the one beside
     mpirun), and a print() of several pieces arrives as one tagged line."""

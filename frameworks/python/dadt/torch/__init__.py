@@ -8,7 +8,8 @@
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
 
-Tensors must be contiguous CPU tensors (CUDA tensors need the NCCL build).
+Tensors must be contiguous, on the CPU or a GPU (a GPU tensor goes through NCCL in a CUDA build,
+else through host memory).
 """
 
 from dadt.common.frameworks import require as _require
