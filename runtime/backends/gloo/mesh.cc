@@ -112,6 +112,13 @@ StatusOr<Mesh> ConnectMesh(const BackendOptions& options, std::shared_ptr<Buffer
   for (int attempt = 1;; ++attempt) {
     const std::string prefix =
         options.store_prefix + (attempt == 1 ? "" : "mesh" + std::to_string(attempt) + "/");
+    // The others already gave up on this attempt (this rank is late): nothing is left to connect
+    // to, so end now rather than after Gloo's retries of the refused connections (one store read).
+    StatusOr<std::string> early = options.store->Get(prefix + "mesh_verdict/all", std::chrono::milliseconds(0));
+    if (early.ok() && early->find(kGaveUp) != std::string::npos) {
+      return Status(StatusCode::kTimeout, "the Gloo mesh did not form: " + *early + where +
+                                              " (dadtrun --start-timeout, DADT_START_TIMEOUT)");
+    }
     std::shared_ptr<::gloo::rendezvous::Context> context;
     std::unique_ptr<LoopTicker> ticker;
     StoreAdapter store(options.store, prefix, connect_timeout);

@@ -102,8 +102,9 @@ TEST(GlooBackendTest, MissingPeerTimesOutNamingTheKey) {
 }
 
 // A rank that gave up on a peer that never arrived leaves its verdict: the peer, arriving later
-// (an elastic worker a new round started late), fails at once with that reason instead of waiting
-// the verdict's time (connect + 6 x pair timeout) for a rank that is gone.
+// (an elastic worker a new round started late), fails at once with that reason instead of dialling
+// the gone rank (Gloo retries a refused connection 5 times, up to the pair timeout each) and then
+// waiting the verdict's time (connect + 6 x pair timeout): about 12 s here.
 TEST(GlooBackendTest, LateRankLearnsAtOnceThatTheOthersGaveUp) {
   InMemoryKeyValueStore store;
   BackendOptions early = Options(0, 2, &store, milliseconds(1000));
@@ -117,7 +118,7 @@ TEST(GlooBackendTest, LateRankLearnsAtOnceThatTheOthersGaveUp) {
   auto created = BackendRegistry::Create("gloo", late);
   ASSERT_FALSE(created.ok());
   EXPECT_NE(created.status().message().find("gave up waiting"), std::string::npos) << created.status().ToString();
-  EXPECT_LT(SecondsSince(start), 5);  // the pair's refused connection (1 s), not 1 + 6 x 1 s
+  EXPECT_LT(SecondsSince(start), 3);  // one store read (a loaded machine leaves room)
 }
 
 TEST(GlooBackendTest, StoreAdapterPrefixesHexEncodesAndBlocks) {
@@ -356,7 +357,9 @@ void RunRanksWithSegments(int size, int64_t segment_bytes,
       auto b = BackendRegistry::Create("gloo", o);
       ASSERT_TRUE(b.ok()) << b.status().ToString();
       body(r, **b);
-      EXPECT_TRUE((*b)->Barrier().ok());  // keep every rank alive until all are done
+      const Status done = (*b)->Barrier();  // keep every rank alive until all are done
+      EXPECT_TRUE(done.ok()) << "rank " << r << " of " << size << ", segment " << segment_bytes << ": "
+                             << done.ToString();
     });
   }
   for (auto& t : threads) t.join();
