@@ -57,7 +57,7 @@ class LoopTicker final : public ::gloo::transport::tcp::Handler {
   void Stop();
   // Leaves the eventfd readable (see above) and naps briefly (kNap).
   void handleEvents(int /*events*/) override;
-  // How many times the loop has called handleEvents (for tests: 0 until the first Start).
+  // How many of the loop's calls of handleEvents have returned (for tests: 0 until the first Start).
   int64_t turns() const { return turns_.load(); }
 
  private:
