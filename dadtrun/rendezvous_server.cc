@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "runtime/common/auth/keyed_proof.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/net/socket.h"
 
@@ -58,7 +59,8 @@ struct RendezvousServer::Connection {
   std::string in;
   std::string out;
   bool closing = false;  // close once `out` is flushed
-  bool authenticated = false;  // has sent one request with the job secret
+  std::string nonce;            // the challenge sent on accept (protocol.h, the handshake)
+  bool authenticated = false;  // has answered it with a proof of the job secret
   Clock::time_point accepted_at;
   Clock::time_point partial_since = Clock::time_point::max();  // `in` holds part of a frame
 };
@@ -201,7 +203,7 @@ int RendezvousServer::ExpireConnections() {
     if (!c->authenticated) {
       const auto deadline = c->accepted_at + options_.auth_timeout;
       if (now >= deadline) {
-        expired.emplace_back(fd, "no request with the job secret within " + Millis(options_.auth_timeout) +
+        expired.emplace_back(fd, "no proof of the job secret within " + Millis(options_.auth_timeout) +
                                      " of connecting");
         continue;
       }
@@ -277,10 +279,18 @@ void RendezvousServer::AcceptAll() {
     }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    StatusOr<std::string> nonce = auth::NewNonce();
+    if (!nonce.ok()) {  // no randomness: nobody could authenticate; say so once per peer
+      LogRefusal(peer, "rendezvous server: refusing connection from " + peer + ": " + nonce.status().message());
+      ::close(fd);
+      continue;
+    }
     auto c = std::make_unique<Connection>();
     c->fd = fd;
     c->peer = peer;
     c->accepted_at = Clock::now();
+    c->nonce = std::move(*nonce);
+    (void)rendezvous::AppendFrame(rendezvous::EncodeChallenge(c->nonce), &c->out);  // sent by the loop
     connections_[fd] = std::move(c);
     connections_accepted_.fetch_add(1);
   }
@@ -316,19 +326,19 @@ void RendezvousServer::Serve(Connection* c) {
       break;
     }
     if (!*frame) break;
-    Request request;
-    Status s = rendezvous::DecodeRequest(payload, &request);
-    if (!s.ok()) {
-      Reject(c, ResponseStatus::kBadRequest, s.message());
-      break;
-    }
-    if (!rendezvous::SecretsEqual(request.secret, secret_)) {
-      Reject(c, ResponseStatus::kUnauthorized, "wrong or missing job secret");
-      break;
-    }
-    c->authenticated = true;
     served = true;
-    Response response = Apply(request);
+    Response response;
+    if (!c->authenticated) {
+      if (!Authenticate(c, payload, &response)) break;
+    } else {
+      Request request;
+      Status s = rendezvous::DecodeRequest(payload, &request);
+      if (!s.ok()) {
+        Reject(c, ResponseStatus::kBadRequest, s.message());
+        break;
+      }
+      response = Apply(request);
+    }
     std::string encoded;
     if (!rendezvous::EncodeResponse(response, &encoded).ok() ||
         !rendezvous::AppendFrame(encoded, &c->out).ok()) {
@@ -340,6 +350,23 @@ void RendezvousServer::Serve(Connection* c) {
   } else if (served || c->partial_since == Clock::time_point::max()) {
     c->partial_since = Clock::now();  // the read time-out runs from the latest progress
   }
+}
+
+bool RendezvousServer::Authenticate(Connection* c, const std::string& hello, Response* welcome) {
+  std::string client_nonce, proof;
+  Status s = rendezvous::DecodeHello(hello, &client_nonce, &proof);
+  if (!s.ok()) {
+    Reject(c, ResponseStatus::kBadRequest, "not a handshake: " + s.message());
+    return false;
+  }
+  if (!auth::ProofMatches(proof, auth::Proof(secret_, rendezvous::kClientLabel, c->nonce, client_nonce))) {
+    Reject(c, ResponseStatus::kUnauthorized, "wrong proof of the job secret");
+    return false;
+  }
+  c->authenticated = true;
+  DADT_LOG(DEBUG) << "rendezvous server: " << c->peer << " proved the job secret";
+  *welcome = {ResponseStatus::kOk, auth::Proof(secret_, rendezvous::kServerLabel, client_nonce, c->nonce)};
+  return true;
 }
 
 bool RendezvousServer::Flush(Connection* c) {

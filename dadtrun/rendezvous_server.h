@@ -2,14 +2,15 @@
 // runtime/common/rendezvous/protocol.h; client: RendezvousClient).
 //
 // One thread runs a poll() loop over the listening socket and every persistent client connection;
-// the store is an in-memory map. Every request must carry the job secret (compared in constant time)
-// or it is answered kUnauthorized and the connection closed. Malformed or oversized frames are
+// the store is an in-memory map. Every connection starts with the keyed handshake (protocol.h): a
+// client that cannot prove it knows the job secret is answered kUnauthorized and closed, and the
+// secret never crosses the wire. Malformed or oversized frames are
 // answered kBadRequest, logged as a warning and the connection closed; nothing a client sends can
 // crash the server or stall the other clients. Each rank's runtime sets "ready/<rank>" once it is
 // connected; ReadyCount() reports how many have.
 //
 // Hardening, so that nothing another local user sends can wedge the job (docs/architecture.md):
-//  - a connection must send a request with the secret within auth_timeout of connecting, and
+//  - a connection must complete the handshake within auth_timeout of connecting, and
 //    finish any request within read_timeout of its first byte, or it is closed;
 //  - at most max_unauthenticated connections may be waiting to authenticate: a new one closes the
 //    oldest, so a flood of idle connections cannot lock the ranks out; beyond max_connections in
@@ -97,6 +98,9 @@ class RendezvousServer {
   // Reads what is available and answers whole frames; false when the connection must close.
   bool ReadAndServe(Connection* c);
   void Serve(Connection* c);
+  // Checks a connection's hello (its first frame); true with the server's proof in `welcome`, or
+  // false after rejecting the connection.
+  bool Authenticate(Connection* c, const std::string& hello, rendezvous::Response* welcome);
   bool Flush(Connection* c);
   void Reject(Connection* c, rendezvous::ResponseStatus status, const std::string& why);
   // Logs a refusal of `peer` ("address:port"): a warning the first time for its address.

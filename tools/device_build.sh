@@ -26,7 +26,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 DEV=.device
 DEBS=(libgloo-dev libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200
-      libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libdlpack-dev libeigen3-dev libgtest-dev)
+      libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libdlpack-dev libeigen3-dev libgtest-dev
+      libssl-dev libssl3)  # libssl-dev: libcrypto's HMAC (runtime/common/auth)
 # The C++ tests that need a GPU (test/runtime/backends/nccl/BUILD), built with CUDA enabled.
 GPU_TESTS=(cuda_device_test nccl_error_test)
 
@@ -75,7 +76,7 @@ n = c.find_nvcc(); print(n or "-", c.find_cuda_home(n) or "-")')
     [ "$nvcc" != - ] && [ "$cuda" != - ] || { echo "nvcc or the CUDA headers not found" >&2; exit 2; }
     local lib="$ROOT/$prefix/usr/lib" arch_lib="$ROOT/$prefix/usr/lib/x86_64-linux-gnu"
     # runtime/backends/gloo/compat: a header Debian's libgloo-dev lacks (//runtime/backends/gloo:gloo_compat).
-    local inc=(-I. -Iruntime/backends/gloo/compat -I"$prefix/usr/include" -I"$prefix/usr/include/eigen3" -I"$cuda/include" -I"$nccl/include"
+    local inc=(-I. -Iruntime/backends/gloo/compat -I"$prefix/usr/include" -I"$prefix/usr/include/x86_64-linux-gnu" -I"$prefix/usr/include/eigen3" -I"$cuda/include" -I"$nccl/include"
                -I"$pyinc" -I"$pybind")
     local cxx=(g++ -std=c++17 -O2 -g1 -fPIC -Wno-deprecated-declarations "${inc[@]}")
     # Compile every source once, in parallel; object names follow the source path.
@@ -94,9 +95,9 @@ n = c.find_nvcc(); print(n or "-", c.find_cuda_home(n) or "-")')
     CXX_FLAGS="${cxx[*]}" xargs -P "$(nproc)" -I{} bash -c 'cxx=($CXX_FLAGS); compile_one "$@"' _ {} <<<"$all"
     objs() { while read -r s; do echo "$obj/${s//\//_}.o"; done < "$1"; }
     g++ -shared -o "$out/_core.so" $(objs "$DEV/core_sources.txt") \
-        -L"$lib" -lgloo -L"$cuda/lib64" -lcudart_static -L"$nccl/lib" -l:libnccl.so.2 -ldl -lrt -lpthread \
+        -L"$lib" -lgloo -L"$arch_lib" -lcrypto -L"$cuda/lib64" -lcudart_static -L"$nccl/lib" -l:libnccl.so.2 -ldl -lrt -lpthread \
         -Wl,--disable-new-dtags -Wl,-rpath,"$lib:$arch_lib:$nccl/lib"
-    g++ -o "$out/dadtrun" $(objs "$DEV/dadtrun_sources.txt") -L"$arch_lib" -l:libyaml-cpp.a -lpthread \
+    g++ -o "$out/dadtrun" $(objs "$DEV/dadtrun_sources.txt") -L"$arch_lib" -l:libyaml-cpp.a -lcrypto -lpthread \
         -Wl,-rpath,"$lib:$arch_lib"
     for t in "${GPU_TESTS[@]}"; do
         g++ -o "$out/$t" $(objs "$DEV/test_${t}_sources.txt") -L"$arch_lib" -l:libgtest_main.a -l:libgtest.a \

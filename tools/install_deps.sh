@@ -16,7 +16,7 @@ PYTHON="${PYTHON:-python3}"
 APT_PACKAGES=(
     bazel-bootstrap g++ make
     libgloo-dev libcli11-dev nlohmann-json3-dev pybind11-dev libgtest-dev libdlpack-dev libeigen3-dev
-    libyaml-cpp-dev
+    libyaml-cpp-dev libssl-dev   # libssl-dev: HMAC for the keyed handshakes (runtime/common/auth)
     libopenmpi-dev openmpi-bin
     mpich libmpich-dev   # the MPICH-ABI build of the MPI engine (dadt/_mpich/_core.so) and its tests
     openssh-client openssh-server iproute2 procps

@@ -56,6 +56,9 @@ struct BackendOptions : JobGeometry {
   KeyValueStore* store = nullptr;
   // Keys this backend writes are prefixed with this (e.g. "gloo/0/").
   std::string store_prefix;
+  // The job secret: engines that open connections of their own (Gloo's pairs) prove it to each
+  // other over them before first use (runtime/common/auth/keyed_proof.h).
+  std::string secret;
   // An engine-specific communicator handle (MPI: the MPI_Comm of the job, cast to uintptr_t), or
   // 0 for the engine's default. Engines without communicators ignore it.
   uintptr_t native_comm = 0;

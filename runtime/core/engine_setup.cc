@@ -100,6 +100,7 @@ backends::BackendOptions DataPlaneOptions(const RuntimeOptions& options, KeyValu
   bo.shm_allreduce = options.shm_allreduce;
   bo.realtime_threads = options.UsesRealtimeThreads();
   bo.store = store;
+  bo.secret = options.secret;
   bo.store_prefix = options.engines.host_data_plane + "/";
   bo.native_comm = options.native_comm;
   return bo;

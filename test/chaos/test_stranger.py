@@ -2,9 +2,10 @@
 finds every TCP port that dadtrun or a rank listens on (what `ss -ltnp` shows for the job's pids, read
 from /proc/PID/net/tcp and the pids' socket descriptors, every 20 ms so that the short-lived start-up
 listeners are seen too) and, on each, opens 50 connections, sends random bytes, and sends frames that
-look valid with a wrong secret (a rendezvous request, a control-channel hello). The job must finish
-with the same allreduce checksum as without the stranger; and each refused connection should be logged
-at most once per peer address (issue 33), which the second test checks.
+look valid but prove a wrong secret (a rendezvous hello and request, a control-channel hello, and
+the rendezvous request of the protocol's first version). The job must finish with the same allreduce
+checksum as without the stranger; and each refused connection should be logged at most once per peer
+address, which the second test checks.
 
 Three phases, so that a failure says where: from the launch on, on dadtrun's ports only, then on the
 ranks' ports only (rank 1 comes to init() 2 s late, which keeps rank 0's start-up listeners open), and
@@ -20,6 +21,8 @@ import time
 from collections import Counter
 
 import pytest
+
+from dadt import _rendezvous_wire as wire
 
 STEPS = 60
 N = 5000
@@ -52,17 +55,27 @@ def expected_checksum():
 WRONG_SECRET = "0" * 64
 
 
-def rendezvous_frame(secret=WRONG_SECRET, key="ready/0"):
-    """A well-formed rendezvous GET request (runtime/common/rendezvous/protocol.h) with `secret`."""
-    payload = bytes([1, 2]) + struct.pack("<H", len(secret)) + secret.encode() + \
-        struct.pack("<H", len(key)) + key.encode() + struct.pack("<I", 0)
+def _frame(payload):
     return struct.pack("<I", len(payload)) + payload
+
+
+def rendezvous_frames(secret=WRONG_SECRET, key="ready/0"):
+    """What a client that knows dadt's rendezvous protocol (runtime/common/rendezvous/protocol.h)
+    but not the secret sends: a hello whose proof is made with `secret` for a guessed challenge, then
+    a GET; and the GET of the protocol's first version, which carried the secret itself."""
+    nonce = os.urandom(wire.NONCE_BYTES)
+    hello = bytes([wire.VERSION]) + nonce + wire.proof(secret.encode(), wire.CLIENT_LABEL, b"g" * 32, nonce)
+    old = bytes([1, 2]) + struct.pack("<H", len(secret)) + secret.encode() + \
+        struct.pack("<H", len(key)) + key.encode() + struct.pack("<I", 0)
+    return [_frame(hello) + _frame(wire.encode_request(wire.GET, key)), _frame(old)]
 
 
 def hello_frame(secret=WRONG_SECRET, rank=1):
-    """A control-channel hello (runtime/backends/tcp/tcp_control_transport.cc): "<rank> <secret>"."""
-    payload = f"{rank} {secret}".encode()
-    return struct.pack("<I", len(payload)) + payload
+    """A control-channel hello (runtime/backends/tcp/tcp_control_transport.cc): the rank, a nonce
+    and a proof made with `secret` for a guessed challenge."""
+    nonce = os.urandom(32)
+    proof = wire.proof(secret.encode(), f"dadt control hello {rank}".encode(), b"g" * 32, nonce)
+    return _frame(struct.pack("<I", rank) + nonce + proof)
 
 
 def _socket_inodes(pid):
@@ -178,7 +191,8 @@ class Stranger:
 
     def probes(self, target):
         self._send_and_close(target, os.urandom(random.randint(1, 4096)))
-        self._send_and_close(target, rendezvous_frame())
+        for frames in rendezvous_frames():
+            self._send_and_close(target, frames)
         self._send_and_close(target, hello_frame())
 
     def attack(self, target):

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/common/auth/keyed_proof.h"
 #include "runtime/common/rendezvous/client.h"
 #include "runtime/common/rendezvous/protocol.h"
 #include "runtime/common/net/socket.h"
@@ -39,21 +40,58 @@ class RendezvousServerTest : public ::testing::Test {
     return c.ok() ? std::move(*c) : nullptr;
   }
 
-  // A raw connection for sending bytes no client would.
-  int RawConnect() {
+  // A raw connection for sending bytes no client would. The server's challenge is read first
+  // (its nonce left in `nonce` when asked for).
+  int RawConnect(std::string* nonce = nullptr) {
     StatusOr<int> fd = net::ConnectTcp("127.0.0.1", server_->port());
     EXPECT_TRUE(fd.ok());
-    return fd.ok() ? *fd : -1;
+    if (!fd.ok()) return -1;
+    std::string challenge, server_nonce;
+    EXPECT_TRUE(ReadFrame(*fd, &challenge));
+    EXPECT_TRUE(rendezvous::DecodeChallenge(challenge, &server_nonce).ok());
+    if (nonce != nullptr) *nonce = server_nonce;
+    return *fd;
+  }
+
+  // The hello a client of `secret` sends, answering the challenge `server_nonce`.
+  static std::string HelloFrame(const std::string& secret, const std::string& server_nonce) {
+    const std::string client_nonce(auth::kNonceBytes, 'c');
+    return Framed(rendezvous::EncodeHello(
+        client_nonce, auth::Proof(secret, rendezvous::kClientLabel, server_nonce, client_nonce)));
+  }
+
+  // A raw connection through the handshake, done by hand as a client does it.
+  int RawAuthenticated() {
+    std::string nonce;
+    const int fd = RawConnect(&nonce);
+    SendRaw(fd, HelloFrame(kSecret, nonce));
+    rendezvous::Response welcome;
+    EXPECT_TRUE(ReadResponse(fd, &welcome));
+    EXPECT_EQ(welcome.status, rendezvous::ResponseStatus::kOk);
+    EXPECT_TRUE(auth::ProofMatches(welcome.value, auth::Proof(kSecret, rendezvous::kServerLabel,
+                                                              std::string(auth::kNonceBytes, 'c'), nonce)))
+        << "the server's proof";
+    return fd;
+  }
+
+  static bool ReadFrame(int fd, std::string* body) {
+    const auto deadline = net::Clock::now() + std::chrono::seconds(5);
+    char header[4];
+    if (!net::RecvAll(fd, header, 4, deadline).ok()) return false;
+    body->assign(rendezvous::DecodeFrameLength(header), '\0');
+    return net::RecvAll(fd, body->data(), body->size(), deadline).ok();
+  }
+
+  static std::string Framed(const std::string& payload) {
+    std::string f;
+    EXPECT_TRUE(rendezvous::AppendFrame(payload, &f).ok());
+    return f;
   }
 
   // Reads one response frame; false if the server closed the connection first.
   static bool ReadResponse(int fd, rendezvous::Response* out) {
-    const auto deadline = net::Clock::now() + std::chrono::seconds(5);
-    char header[4];
-    if (!net::RecvAll(fd, header, 4, deadline).ok()) return false;
-    std::string body(rendezvous::DecodeFrameLength(header), '\0');
-    if (!net::RecvAll(fd, body.data(), body.size(), deadline).ok()) return false;
-    return rendezvous::DecodeResponse(body, out).ok();
+    std::string body;
+    return ReadFrame(fd, &body) && rendezvous::DecodeResponse(body, out).ok();
   }
 
   // True once the server has closed `fd` (recv returns EOF).
@@ -70,10 +108,9 @@ class RendezvousServerTest : public ::testing::Test {
   }
 
   static std::string EncodedFrame(const rendezvous::Request& request) {
-    std::string payload, frame;
+    std::string payload;
     EXPECT_TRUE(rendezvous::EncodeRequest(request, &payload).ok());
-    EXPECT_TRUE(rendezvous::AppendFrame(payload, &frame).ok());
-    return frame;
+    return Framed(payload);
   }
 
   // The server still answers a well-behaved client.
@@ -170,37 +207,43 @@ TEST_F(RendezvousServerTest, ReadyCountCountsOnlyReadyPrefix) {
   EXPECT_EQ(server_->ReadyCount(), 2);
 }
 
-TEST_F(RendezvousServerTest, WrongSecretIsRefusedAndTheConnectionClosed) {
-  auto bad = Client("not-the-secret");
-  ASSERT_NE(bad, nullptr);
-  Status s = bad->Set("k", "v");
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("secret"), std::string::npos) << s.message();
-  EXPECT_FALSE(bad->Get("k", milliseconds(0)).ok());  // connection is gone
+TEST_F(RendezvousServerTest, WrongSecretIsRefusedAtTheHandshakeAndNothingApplies) {
+  auto bad = RendezvousClient::Connect("127.0.0.1", server_->port(), "not-the-secret", milliseconds(5000));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("refused the job secret"), std::string::npos)
+      << bad.status().message();
   EXPECT_EQ(server_->requests_rejected(), 1);
-  // Nothing was stored.
-  EXPECT_FALSE(Client()->Get("k", milliseconds(0)).ok());
   ExpectStillServing();
 }
 
-TEST_F(RendezvousServerTest, MissingSecretIsRefused) {
+TEST_F(RendezvousServerTest, ARequestWhereTheHelloBelongsIsRefused) {
+  // What a client of the protocol that sent the secret itself would do, or one that skips the
+  // handshake: no request is served before a proof.
   int fd = RawConnect();
-  SendRaw(fd, EncodedFrame({rendezvous::Op::kSet, "", "k", "v"}));
+  SendRaw(fd, EncodedFrame({rendezvous::Op::kSet, "k", "v"}));
   rendezvous::Response r;
   ASSERT_TRUE(ReadResponse(fd, &r));
-  EXPECT_EQ(r.status, rendezvous::ResponseStatus::kUnauthorized);
+  EXPECT_EQ(r.status, rendezvous::ResponseStatus::kBadRequest);
+  EXPECT_NE(r.value.find("not a handshake"), std::string::npos) << r.value;
   EXPECT_TRUE(ClosedByServer(fd));
   ::close(fd);
   EXPECT_FALSE(Client()->Get("k", milliseconds(0)).ok());
 }
 
-TEST_F(RendezvousServerTest, SecretPrefixIsRefused) {
-  int fd = RawConnect();
-  SendRaw(fd, EncodedFrame({rendezvous::Op::kGet, std::string(kSecret).substr(0, 15), "k", ""}));
+TEST_F(RendezvousServerTest, AProofMadeForAnotherChallengeIsRefused) {
+  // A proof seen on the wire for one connection (its nonce) is worthless on another.
+  std::string first_nonce, second_nonce;
+  int first = RawConnect(&first_nonce);
+  int second = RawConnect(&second_nonce);
+  ASSERT_NE(first_nonce, second_nonce) << "every connection gets a fresh nonce";
+  SendRaw(second, HelloFrame(kSecret, first_nonce));
   rendezvous::Response r;
-  ASSERT_TRUE(ReadResponse(fd, &r));
+  ASSERT_TRUE(ReadResponse(second, &r));
   EXPECT_EQ(r.status, rendezvous::ResponseStatus::kUnauthorized);
-  ::close(fd);
+  EXPECT_TRUE(ClosedByServer(second));
+  ::close(first);
+  ::close(second);
+  ExpectStillServing();
 }
 
 TEST_F(RendezvousServerTest, OversizedFrameIsRejected) {
@@ -254,11 +297,11 @@ TEST_F(RendezvousServerTest, GarbageDoesNotCrashTheServer) {
 }
 
 TEST_F(RendezvousServerTest, PipelinedRequestsAreAnsweredInOrder) {
-  int fd = RawConnect();
-  SendRaw(fd, EncodedFrame({rendezvous::Op::kSet, kSecret, "a", "1"}) +
-                  EncodedFrame({rendezvous::Op::kAdd, kSecret, "a", "41"}) +
-                  EncodedFrame({rendezvous::Op::kGet, kSecret, "a", ""}) +
-                  EncodedFrame({rendezvous::Op::kGet, kSecret, "missing", ""}));
+  int fd = RawAuthenticated();
+  SendRaw(fd, EncodedFrame({rendezvous::Op::kSet, "a", "1"}) +
+                  EncodedFrame({rendezvous::Op::kAdd, "a", "41"}) +
+                  EncodedFrame({rendezvous::Op::kGet, "a", ""}) +
+                  EncodedFrame({rendezvous::Op::kGet, "missing", ""}));
   rendezvous::Response r;
   ASSERT_TRUE(ReadResponse(fd, &r));
   EXPECT_EQ(r.status, rendezvous::ResponseStatus::kOk);
@@ -287,8 +330,8 @@ TEST_F(RendezvousServerTest, HalfARequestIsDroppedAfterTheReadTimeout) {
   Restart(o);
   auto rank = Client();  // a rank that authenticated and then stays quiet is never dropped
   ASSERT_TRUE(rank->Set("k", "v").ok());
-  int slow = RawConnect();
-  std::string frame = EncodedFrame({rendezvous::Op::kSet, kSecret, "slow", "value"});
+  int slow = RawAuthenticated();
+  std::string frame = EncodedFrame({rendezvous::Op::kSet, "slow", "value"});
   SendRaw(slow, frame.substr(0, frame.size() - 2));  // never finished
   EXPECT_TRUE(ClosedByServer(slow));
   ::close(slow);
@@ -330,9 +373,9 @@ TEST_F(RendezvousServerTest, ConnectionsBeyondTheCapAreRefused) {
   auto b = Client();
   ASSERT_TRUE(a->Set("x", "1").ok());
   ASSERT_TRUE(b->Set("y", "2").ok());
-  auto c = Client();
-  ASSERT_NE(c, nullptr);  // the TCP handshake completes in the kernel; then the server closes it
-  EXPECT_FALSE(c->Set("z", "3").ok());
+  // The TCP handshake completes in the kernel; then the server closes it, before its challenge.
+  auto c = RendezvousClient::Connect("127.0.0.1", server_->port(), kSecret, milliseconds(5000));
+  EXPECT_FALSE(c.ok());
   EXPECT_GE(server_->connections_dropped(), 1);
   EXPECT_TRUE(a->Get("y", milliseconds(100)).ok()) << "the connections inside the cap keep working";
   b.reset();
@@ -352,9 +395,9 @@ TEST_F(RendezvousServerTest, ClientThatDoesNotReadItsAnswersIsThrottled) {
   const std::string big(256 << 10, 'b');
   ASSERT_TRUE(setter->Set("big", big).ok());
   // 64 GETs of 256 KiB pipelined, none read yet: 16 MiB of answers if the server kept going.
-  int greedy = RawConnect();
+  int greedy = RawAuthenticated();
   std::string burst;
-  for (int i = 0; i < 64; ++i) burst += EncodedFrame({rendezvous::Op::kGet, kSecret, "big", ""});
+  for (int i = 0; i < 64; ++i) burst += EncodedFrame({rendezvous::Op::kGet, "big", ""});
   SendRaw(greedy, burst);
   ExpectStillServing();  // other clients are not held up meanwhile
   // Reading now gets every answer, in order.
@@ -367,13 +410,9 @@ TEST_F(RendezvousServerTest, ClientThatDoesNotReadItsAnswersIsThrottled) {
 }
 
 TEST_F(RendezvousServerTest, TruncatedAndMalformedRequestsAreRefusedEachWithBadRequest) {
-  const std::string good = EncodedFrame({rendezvous::Op::kSet, kSecret, "key", "value"});
+  const std::string good = EncodedFrame({rendezvous::Op::kSet, "key", "value"});
   const std::string payload = good.substr(4);
-  auto framed = [](const std::string& p) {
-    std::string f;
-    EXPECT_TRUE(rendezvous::AppendFrame(p, &f).ok());
-    return f;
-  };
+  auto framed = [](const std::string& p) { return Framed(p); };
   std::string bad_version = payload, bad_op = payload;
   bad_version[0] = 9;
   bad_op[1] = 77;
@@ -381,7 +420,7 @@ TEST_F(RendezvousServerTest, TruncatedAndMalformedRequestsAreRefusedEachWithBadR
        {framed(payload.substr(0, payload.size() - 1)),  // value runs past the end
         framed(payload + "x"),                          // trailing byte
         framed(bad_version), framed(bad_op), framed("")}) {
-    int fd = RawConnect();
+    int fd = RawAuthenticated();
     SendRaw(fd, bytes);
     rendezvous::Response r;
     ASSERT_TRUE(ReadResponse(fd, &r));
@@ -398,8 +437,9 @@ TEST_F(RendezvousServerTest, TheFirstRefusalOfAnAddressIsLoggedTheOthersCounted)
   o.auth_timeout = milliseconds(200);
   Restart(o);
   ::testing::internal::CaptureStderr();
-  int wrong = RawConnect();
-  SendRaw(wrong, EncodedFrame({rendezvous::Op::kGet, "guess", "k", ""}));
+  std::string nonce;
+  int wrong = RawConnect(&nonce);
+  SendRaw(wrong, HelloFrame("guess", nonce));
   rendezvous::Response r;
   ASSERT_TRUE(ReadResponse(wrong, &r));
   EXPECT_EQ(r.status, rendezvous::ResponseStatus::kUnauthorized);
@@ -413,8 +453,7 @@ TEST_F(RendezvousServerTest, TheFirstRefusalOfAnAddressIsLoggedTheOthersCounted)
   for (char ch : during) lines += ch == '\n';
   EXPECT_EQ(lines, 1) << during;
   EXPECT_NE(during.find("from 127.0.0.1:"), std::string::npos) << during;
-  EXPECT_NE(during.find("UNAUTHORIZED): wrong or missing job secret"), std::string::npos) << during;
-  EXPECT_EQ(during.find("guess"), std::string::npos) << "a presented secret is never logged";
+  EXPECT_NE(during.find("UNAUTHORIZED): wrong proof of the job secret"), std::string::npos) << during;
   ::testing::internal::CaptureStderr();
   server_->Stop();
   const std::string at_stop = ::testing::internal::GetCapturedStderr();

@@ -1,13 +1,14 @@
 """A stand-in for dadtrun's elastic driver in tests: a rendezvous server speaking
-runtime/common/rendezvous/protocol.h (frames of little-endian u32 length + payload; SET, GET, ADD
-with the job secret) and the round-publishing half of the launcher <-> worker contract
+runtime/common/rendezvous/protocol.h (frames of little-endian u32 length + payload; the keyed
+handshake, then SET, GET, ADD) and the round-publishing half of the launcher <-> worker contract
 (docs/elastic.md): assignments, then the size, then `elastic/round`."""
+import hmac
+import os
 import socket
 import struct
 import threading
 
-_OK, _NOT_FOUND, _UNAUTHORIZED, _BAD_REQUEST = 0, 1, 2, 3
-_SET, _GET, _ADD = 1, 2, 3
+from dadt import _rendezvous_wire as wire
 
 
 class FakeDriver:
@@ -69,47 +70,43 @@ class FakeDriver:
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
-    @staticmethod
-    def _recv(conn, n):
-        buf = b""
-        while len(buf) < n:
-            chunk = conn.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed")
-            buf += chunk
-        return buf
+    def _handshake(self, conn):
+        """The server's half: a nonce out, the client's proof checked, the store's proof back."""
+        nonce = os.urandom(wire.NONCE_BYTES)
+        wire.send_frame(conn, bytes([wire.VERSION]) + nonce)
+        hello = wire.read_frame(conn)
+        client_nonce, given = hello[1:1 + wire.NONCE_BYTES], hello[1 + wire.NONCE_BYTES:]
+        if not hmac.compare_digest(given, wire.proof(self.secret, wire.CLIENT_LABEL, nonce, client_nonce)):
+            self._reply(conn, wire.UNAUTHORIZED, b"wrong proof of the job secret")
+            return False
+        self._reply(conn, wire.OK, wire.proof(self.secret, wire.SERVER_LABEL, client_nonce, nonce))
+        return True
 
     def _serve(self, conn):
         try:
+            if not self._handshake(conn):
+                return
             while True:
-                (length,) = struct.unpack("<I", self._recv(conn, 4))
-                p = self._recv(conn, length)
+                p = wire.read_frame(conn)
                 op = p[1]
-                (slen,) = struct.unpack_from("<H", p, 2)
-                secret = p[4:4 + slen]
-                o = 4 + slen
-                (klen,) = struct.unpack_from("<H", p, o)
-                key = p[o + 2:o + 2 + klen].decode()
-                o += 2 + klen
-                (vlen,) = struct.unpack_from("<I", p, o)
-                value = p[o + 4:o + 4 + vlen]
+                (klen,) = struct.unpack_from("<H", p, 2)
+                key = p[4:4 + klen].decode()
+                (vlen,) = struct.unpack_from("<I", p, 4 + klen)
+                value = p[8 + klen:8 + klen + vlen]
                 if self._frozen.is_set():
                     self._closed.wait()
                     return
-                if secret != self.secret:
-                    self._reply(conn, _UNAUTHORIZED, b"")
-                    return
                 with self._mu:
-                    if op == _SET:
+                    if op == wire.SET:
                         self._kv[key] = value
-                        status, out = _OK, b""
-                    elif op == _GET:
+                        status, out = wire.OK, b""
+                    elif op == wire.GET:
                         out = self._kv.get(key)
-                        status, out = (_OK, out) if out is not None else (_NOT_FOUND, b"")
+                        status, out = (wire.OK, out) if out is not None else (wire.NOT_FOUND, b"")
                     else:
                         total = int(self._kv.get(key, b"0")) + int(value)
                         self._kv[key] = str(total).encode()
-                        status, out = _OK, self._kv[key]
+                        status, out = wire.OK, self._kv[key]
                 self._reply(conn, status, out)
         except (ConnectionError, OSError):
             pass
@@ -118,8 +115,7 @@ class FakeDriver:
 
     @staticmethod
     def _reply(conn, status, value):
-        payload = struct.pack("<BI", status, len(value)) + value
-        conn.sendall(struct.pack("<I", len(payload)) + payload)
+        wire.send_frame(conn, struct.pack("<BI", status, len(value)) + value)
 
     def close(self):
         self._closed.set()

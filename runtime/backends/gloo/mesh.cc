@@ -8,13 +8,17 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include "runtime/backends/gloo/gloo_error.h"
 #include "runtime/backends/gloo/loop_ticker.h"
 #include "runtime/backends/gloo/store_adapter.h"
+#include "runtime/common/auth/keyed_proof.h"
 #include "runtime/common/logging.h"
 #include "runtime/common/thread_priority.h"
 
@@ -73,6 +77,59 @@ std::shared_ptr<::gloo::Context> WithQuickTeardown(std::shared_ptr<::gloo::Conte
       });
 }
 
+// The slots of the pairs' proofs (Gloo slots are the tags of unbound-buffer messages); used before
+// any collective, so they meet nothing else.
+constexpr uint64_t kNonceSlot = 0x6461647461757468ull;  // "dadtauth"
+constexpr uint64_t kProofSlot = kNonceSlot + 1;
+
+std::string PairLabel(int from, int to) {
+  return "dadt gloo pair " + std::to_string(from) + " to " + std::to_string(to);
+}
+
+// Each rank sends every peer a fresh nonce, then Proof(secret, "<self> to <peer>", the peer's
+// nonce, its own) over the pair, and checks each peer's proof against its own nonce: a pair whose
+// other end is not a rank of this job (a stranger who took its listener) cannot answer. Returns
+// the first peer whose proof failed, or -1. Gloo's errors (a peer gone, the timeout) throw.
+int ProvePeers(::gloo::Context& context, const std::string& secret, std::chrono::milliseconds timeout) {
+  const int rank = context.rank, size = context.size;
+  StatusOr<std::string> nonce = auth::NewNonce();
+  if (!nonce.ok()) throw ::gloo::Exception(nonce.status().message());
+  const std::string mine = std::move(*nonce);
+  std::vector<std::string> theirs(size, std::string(auth::kNonceBytes, '\0'));
+  std::vector<std::string> mine_for(size), proofs(size, std::string(auth::kProofBytes, '\0'));
+  auto exchange = [&](std::vector<std::string>& out, auto outgoing, uint64_t slot) {
+    std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> recvs(size), sends(size);
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) continue;
+      recvs[p] = context.createUnboundBuffer(out[p].data(), out[p].size());
+      recvs[p]->recv(p, slot);
+    }
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) continue;
+      std::string& data = outgoing(p);
+      sends[p] = context.createUnboundBuffer(data.data(), data.size());
+      sends[p]->send(p, slot);
+    }
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) continue;
+      recvs[p]->waitRecv(timeout);
+      sends[p]->waitSend(timeout);
+    }
+  };
+  std::string nonce_out = mine;
+  exchange(theirs, [&](int) -> std::string& { return nonce_out; }, kNonceSlot);
+  for (int p = 0; p < size; ++p) {
+    if (p != rank) mine_for[p] = auth::Proof(secret, PairLabel(rank, p), theirs[p], mine);
+  }
+  exchange(proofs, [&](int p) -> std::string& { return mine_for[p]; }, kProofSlot);
+  for (int p = 0; p < size; ++p) {
+    if (p != rank && !auth::ProofMatches(proofs[p], auth::Proof(secret, PairLabel(p, rank), mine, theirs[p]))) {
+      return p;
+    }
+  }
+  return -1;
+}
+
 // Every rank's outcome of one attempt, through the store: each rank sets its own ("ok" or why it
 // failed), rank 0 reads them all and publishes the verdict ("ok", or the failures), which every
 // rank reads. An error here (the store or a rank gone) ends the attempts.
@@ -121,6 +178,8 @@ StatusOr<Mesh> ConnectMesh(const BackendOptions& options, std::shared_ptr<Buffer
     }
     std::shared_ptr<::gloo::rendezvous::Context> context;
     std::unique_ptr<LoopTicker> ticker;
+    int unproven = -1;
+    double proof_ms = 0;
     StoreAdapter store(options.store, prefix, connect_timeout);
     Status s = DADT_GLOO_STATUS("connect", {
       auto device = CreateDevice(options, registry);
@@ -131,8 +190,21 @@ StatusOr<Mesh> ConnectMesh(const BackendOptions& options, std::shared_ptr<Buffer
       if (ticker) ticker->Start();
       context->connectFullMesh(store, device);
       if (ticker) ticker->Stop();
+      const auto proving = std::chrono::steady_clock::now();
+      unproven = ProvePeers(*context, options.secret, pair_timeout);
+      proof_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - proving)
+                     .count();
       context->setTimeout(options.timeout);
     });
+    if (s.ok() && unproven >= 0) {
+      s = Aborted("the other end of the pair with rank " + std::to_string(unproven) +
+                  " did not prove that it knows the job secret (a process that is not a rank of "
+                  "this job took that rank's place)");
+    }
+    if (s.ok()) {
+      DADT_LOG(DEBUG) << "gloo: " << options.size - 1 << " pair(s) of rank " << options.rank
+                      << " proved the job secret in " << proof_ms << " ms" << where;
+    }
     // A rank that failed closes its pairs and listeners before it waits for the verdict, so that
     // its peers' connections are refused at once rather than left waiting for a handshake.
     if (!s.ok()) WithQuickTeardown(std::move(context), std::move(ticker));  // released at once

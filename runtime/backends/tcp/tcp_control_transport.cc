@@ -9,10 +9,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
-#include "runtime/common/rendezvous/protocol.h"
+#include "runtime/common/auth/keyed_proof.h"
+#include "runtime/common/logging.h"
+#include "runtime/common/net/socket.h"
 
 namespace dadt {
 namespace backends {
@@ -22,8 +25,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kMaxFrameBytes = 64u << 20;
 constexpr char kAddrKey[] = "ctrl/addr";
-// A hello is "<rank> <secret>": anything longer is not one of ours.
-constexpr uint32_t kMaxHelloBytes = 4096;
+// The handshake (see the header): the coordinator's challenge is a nonce; a worker's hello is its
+// rank (u32), its nonce and its proof; the coordinator's welcome is its proof.
+constexpr uint32_t kHelloBytes = 4 + auth::kNonceBytes + auth::kProofBytes;
+
+std::string HelloLabel(int rank) { return "dadt control hello " + std::to_string(rank); }
+std::string WelcomeLabel(int rank) { return "dadt control welcome " + std::to_string(rank); }
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -118,10 +125,39 @@ StatusOr<std::unique_ptr<TcpControlTransport>> TcpControlTransport::Create(
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   SetNoDelay(fd);
-  DADT_RETURN_IF_ERROR(SendFrame(fd, std::to_string(rank) + " " + secret));
+  Status s = Hello(fd, rank, secret, std::max(deadline, Clock::now() + std::chrono::seconds(10)));
+  if (!s.ok()) {
+    close(fd);
+    return Status(s.code(), "rank " + std::to_string(rank) + ", the coordinator at " + hp + ": " + s.message());
+  }
   ch->peers_.push_back(Peer{fd, 0, ""});
   ch->fds_.push_back(fd);
   return ch;
+}
+
+Status TcpControlTransport::Hello(int fd, int rank, const std::string& secret, Clock::time_point deadline) {
+  auto recv_frame = [&](uint32_t expected, std::string* out) -> Status {
+    uint32_t n = 0;
+    DADT_RETURN_IF_ERROR(net::RecvAll(fd, reinterpret_cast<char*>(&n), 4, deadline));
+    if (n != expected) return Aborted("a " + std::to_string(n) + "-byte frame where the handshake has " +
+                                      std::to_string(expected));
+    out->resize(n);
+    return net::RecvAll(fd, out->data(), n, deadline);
+  };
+  std::string challenge, welcome;
+  DADT_RETURN_IF_ERROR(recv_frame(auth::kNonceBytes, &challenge));
+  std::string nonce;
+  DADT_ASSIGN_OR_RETURN(nonce, auth::NewNonce());
+  const uint32_t r = static_cast<uint32_t>(rank);
+  std::string hello(reinterpret_cast<const char*>(&r), 4);
+  hello += nonce + auth::Proof(secret, HelloLabel(rank), challenge, nonce);
+  DADT_RETURN_IF_ERROR(SendFrame(fd, hello));
+  Status s = recv_frame(auth::kProofBytes, &welcome);
+  if (!s.ok()) return Aborted("the coordinator refused this rank's proof of the job secret, or closed: " + s.message());
+  if (!auth::ProofMatches(welcome, auth::Proof(secret, WelcomeLabel(rank), nonce, challenge))) {
+    return Aborted("the process listening there did not prove that it knows the job secret");
+  }
+  return Status::OK();
 }
 
 Status TcpControlTransport::Accept(int listen_fd, const std::string& secret,
@@ -167,21 +203,32 @@ Status TcpControlTransport::Accept(int listen_fd, const std::string& secret,
         uint32_t n = 0;
         if (p.inbox.size() >= 4) std::memcpy(&n, p.inbox.data(), 4);
         std::string hello;
-        auto popped = n > kMaxHelloBytes ? StatusOr<bool>(Aborted("hello too long"))
-                                         : PopFrame(p.inbox, &hello);
+        auto popped = n != kHelloBytes && p.inbox.size() >= 4 ? StatusOr<bool>(Aborted("not a hello"))
+                                                              : PopFrame(p.inbox, &hello);
         if (popped.ok() && !*popped) {  // the rest of the hello is on its way
           waiting.push_back(std::move(p));
           continue;
         }
         if (popped.ok()) {
-          const size_t sp = hello.find(' ');
-          peer_rank = std::atoi(hello.substr(0, sp).c_str());
-          const std::string given = sp == std::string::npos ? "" : hello.substr(sp + 1);
-          if (!rendezvous::SecretsEqual(given, secret)) peer_rank = -1;
+          uint32_t claimed = 0;
+          std::memcpy(&claimed, hello.data(), 4);
+          const std::string nonce = hello.substr(4, auth::kNonceBytes);
+          const std::string proof = hello.substr(4 + auth::kNonceBytes);
+          const int rank = static_cast<int>(std::min<uint32_t>(claimed, static_cast<uint32_t>(size_)));
+          if (rank >= 1 && rank < size_ &&
+              auth::ProofMatches(proof, auth::Proof(secret, HelloLabel(rank), p.challenge, nonce))) {
+            peer_rank = rank;
+            p.challenge = auth::Proof(secret, WelcomeLabel(peer_rank), nonce, p.challenge);  // the welcome
+          }
         }
       }
       if (peer_rank < 1 || peer_rank >= size_ || peers_[peer_rank - 1].fd >= 0) {
         close(p.fd);  // closed, unauthenticated or duplicate: keep waiting for the real ranks
+        if (r > 0) ++refused_;
+        continue;
+      }
+      if (!SendFrame(p.fd, p.challenge).ok()) {  // the rank went away: it will fail on its side
+        close(p.fd);
         continue;
       }
       SetNoDelay(p.fd);
@@ -192,11 +239,21 @@ Status TcpControlTransport::Accept(int listen_fd, const std::string& secret,
     pending = std::move(waiting);
     if (polled[0].revents & POLLIN) {
       const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd >= 0) pending.push_back(Peer{fd, -1, ""});
+      StatusOr<std::string> nonce = fd >= 0 ? auth::NewNonce() : StatusOr<std::string>(Aborted("accept"));
+      if (fd >= 0 && nonce.ok() && SendFrame(fd, *nonce).ok()) {  // the challenge
+        pending.push_back(Peer{fd, -1, "", std::move(*nonce)});
+      } else if (fd >= 0) {
+        close(fd);
+      }
     }
   }
   for (const Peer& p : pending) close(p.fd);
   for (const Peer& p : peers_) fds_.push_back(p.fd);
+  if (refused_ > 0) {
+    DADT_LOG(WARNING) << "control channel: refused " << refused_ << " connection(s) that were not "
+                      << "ranks of this job (no proof of the job secret, or a rank already connected)";
+  }
+  DADT_LOG(DEBUG) << "control channel: " << size_ - 1 << " rank(s) proved the job secret";
   return Status::OK();
 }
 

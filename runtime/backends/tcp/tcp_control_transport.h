@@ -1,11 +1,13 @@
 // TcpControlTransport: the coordinator's star of TCP connections, carrying negotiation messages.
 //
 // Rank 0 listens on an ephemeral port, publishes "ctrl/addr" in the rendezvous store and accepts
-// one connection from every other rank; each connection opens with a hello frame holding the
-// rank and the job secret, checked in constant time. Hellos are read from all pending
-// connections at once, so one that never says hello holds up no rank; a wrong secret, a
-// duplicate rank or a hello over 4 KiB closes the connection. Frames are a u32 length and a
-// payload.
+// one connection from every other rank. Each connection opens with a keyed handshake
+// (runtime/common/auth/keyed_proof.h): the coordinator sends a nonce, the rank answers with its
+// rank, a nonce of its own and its proof of the job secret, and the coordinator answers with its
+// own proof; the secret never crosses the wire. Hellos are read from all pending connections at
+// once, so one that never says hello holds up no rank; a wrong proof, a duplicate rank or a frame
+// that is not a hello closes the connection (counted, and logged once). Frames are a u32 length
+// and a payload.
 // Why a star of plain sockets and not collectives: negotiation is event-driven. A rank sends its
 // requests the moment they exist and the coordinator answers the moment tensors are ready, so a
 // lone small allreduce pays one message each way instead of a cycle-paced collective, and an idle
@@ -58,14 +60,19 @@ class TcpControlTransport final : public ControlTransport {
     int fd = -1;
     int rank = -1;
     std::string inbox;
+    std::string challenge;  // while pending: the nonce sent on accept
   };
   Status Accept(int listen_fd, const std::string& secret, std::chrono::milliseconds timeout);
+  // A worker's half of the handshake on its fresh connection to the coordinator.
+  static Status Hello(int fd, int rank, const std::string& secret,
+                      std::chrono::steady_clock::time_point deadline);
 
   int rank_;
   int size_;
   std::vector<Peer> peers_;
   std::vector<int> fds_;
   int closed_rank_ = -1;
+  int refused_ = 0;  // connections that sent something other than a rank's hello while the star formed
   JobGeometry geometry_;
 };
 

@@ -5,7 +5,9 @@
 #include <thread>
 #include <unistd.h>
 
+#include "runtime/common/auth/keyed_proof.h"
 #include "runtime/common/env.h"
+#include "runtime/common/logging.h"
 #include "runtime/common/net/socket.h"
 
 namespace dadt {
@@ -20,6 +22,8 @@ namespace {
 // A single request never legitimately takes long: the server answers from memory. This bounds how
 // long a rank hangs if dadtrun is wedged (unless set_io_timeout says otherwise).
 constexpr std::chrono::seconds kIoTimeout(60);
+// The least time the handshake gets, however little of the connect timeout is left.
+constexpr std::chrono::seconds kHandshakeTimeout(10);
 
 // Get's polling: every kQuickPoll for the first kQuickWindow, since the ranks of a job usually
 // publish their keys within a few milliseconds of each other (at init, and again at every
@@ -31,6 +35,45 @@ constexpr std::chrono::seconds kIoTimeout(60);
 constexpr std::chrono::microseconds kQuickPoll(250);
 constexpr std::chrono::milliseconds kQuickWindow(50);
 constexpr std::chrono::milliseconds kSlowPoll(20);
+
+// One frame's payload from `fd` by `deadline`.
+StatusOr<std::string> RecvFrame(int fd, Clock::time_point deadline) {
+  char header[kFrameHeaderBytes];
+  DADT_RETURN_IF_ERROR(RecvAll(fd, header, sizeof(header), deadline));
+  const uint32_t length = DecodeFrameLength(header);
+  if (length > kMaxFrameBytes) return InvalidArgument("oversized frame");
+  std::string body(length, '\0');
+  DADT_RETURN_IF_ERROR(RecvAll(fd, body.data(), length, deadline));
+  return body;
+}
+
+// The client's half of the handshake (protocol.h, step 2) on a fresh connection.
+Status Handshake(int fd, const std::string& secret, Clock::time_point deadline) {
+  std::string challenge;
+  DADT_ASSIGN_OR_RETURN(challenge, RecvFrame(fd, deadline));
+  std::string server_nonce;
+  DADT_RETURN_IF_ERROR(DecodeChallenge(challenge, &server_nonce));
+  std::string client_nonce;
+  DADT_ASSIGN_OR_RETURN(client_nonce, auth::NewNonce());
+  std::string frame;
+  DADT_RETURN_IF_ERROR(AppendFrame(
+      EncodeHello(client_nonce, auth::Proof(secret, kClientLabel, server_nonce, client_nonce)), &frame));
+  DADT_RETURN_IF_ERROR(SendAll(fd, frame, deadline));
+  std::string answer;
+  DADT_ASSIGN_OR_RETURN(answer, RecvFrame(fd, deadline));
+  Response welcome;
+  DADT_RETURN_IF_ERROR(DecodeResponse(answer, &welcome));
+  if (welcome.status == ResponseStatus::kUnauthorized) {
+    return Aborted("the server refused the job secret (DADT_SECRET does not match this job)");
+  }
+  if (welcome.status != ResponseStatus::kOk ||
+      !auth::ProofMatches(welcome.value, auth::Proof(secret, kServerLabel, client_nonce, server_nonce))) {
+    return Aborted(
+        "the process listening there did not prove that it knows the job secret: it is not this "
+        "job's dadtrun (a stale DADT_RENDEZVOUS_PORT, or another job's port)");
+  }
+  return Status::OK();
+}
 
 }  // namespace
 
@@ -46,7 +89,17 @@ StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
   for (;;) {
     StatusOr<int> fd = ConnectTcp(addr, port);
     if (fd.ok()) {
-      return std::unique_ptr<RendezvousClient>(new RendezvousClient(*fd, endpoint, secret));
+      // The server answers the handshake from memory; a wedged one is bounded like a request.
+      const auto start = Clock::now();
+      Status s = Handshake(*fd, secret, std::max(deadline, start + kHandshakeTimeout));
+      if (!s.ok()) {
+        ::close(*fd);
+        return Status(s.code(), "the rendezvous server at " + endpoint + ": " + s.message());
+      }
+      DADT_LOG(DEBUG) << "rendezvous: this process and the server at " << endpoint
+                      << " proved the job secret to each other in "
+                      << std::chrono::duration<double, std::milli>(Clock::now() - start).count() << " ms";
+      return std::unique_ptr<RendezvousClient>(new RendezvousClient(*fd, endpoint));
     }
     if (fd.status().code() == StatusCode::kInvalidArgument || Clock::now() + backoff >= deadline) {
       return TimeoutError("could not connect to the rendezvous server at " + endpoint + " within " +
@@ -57,8 +110,8 @@ StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
   }
 }
 
-RendezvousClient::RendezvousClient(int fd, std::string endpoint, std::string secret)
-    : fd_(fd), io_timeout_(kIoTimeout), endpoint_(std::move(endpoint)), secret_(std::move(secret)) {}
+RendezvousClient::RendezvousClient(int fd, std::string endpoint)
+    : fd_(fd), io_timeout_(kIoTimeout), endpoint_(std::move(endpoint)) {}
 
 void RendezvousClient::set_io_timeout(std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -71,7 +124,7 @@ RendezvousClient::~RendezvousClient() {
 
 StatusOr<Response> RendezvousClient::Call(Op op, const std::string& key, const std::string& value) {
   std::string payload, frame;
-  DADT_RETURN_IF_ERROR(EncodeRequest({op, secret_, key, value}, &payload));
+  DADT_RETURN_IF_ERROR(EncodeRequest({op, key, value}, &payload));
   DADT_RETURN_IF_ERROR(AppendFrame(payload, &frame));
 
   std::lock_guard<std::mutex> lock(mu_);
@@ -87,20 +140,13 @@ StatusOr<Response> RendezvousClient::Call(Op op, const std::string& key, const s
   };
   Status s = SendAll(fd_, frame, deadline);
   if (!s.ok()) return fail(s);
-  char header[kFrameHeaderBytes];
-  s = RecvAll(fd_, header, sizeof(header), deadline);
-  if (!s.ok()) return fail(s);
-  const uint32_t length = DecodeFrameLength(header);
-  if (length > kMaxFrameBytes) return fail(InvalidArgument("oversized response frame"));
-  std::string body(length, '\0');
-  s = RecvAll(fd_, body.data(), length, deadline);
-  if (!s.ok()) return fail(s);
+  StatusOr<std::string> body = RecvFrame(fd_, deadline);
+  if (!body.ok()) return fail(body.status());
   Response response;
-  s = DecodeResponse(body, &response);
+  s = DecodeResponse(*body, &response);
   if (!s.ok()) return fail(s);
-  if (response.status == ResponseStatus::kUnauthorized) {
-    return fail(Status(StatusCode::kAborted,
-                       "the server refused the job secret (DADT_SECRET does not match this job)"));
+  if (response.status == ResponseStatus::kUnauthorized) {  // not after a handshake that passed
+    return fail(Status(StatusCode::kAborted, "the server refused the request as unauthorized"));
   }
   if (response.status == ResponseStatus::kBadRequest) {
     // Our frames are always well formed, so this is about the data (e.g. ADD on a non-number);

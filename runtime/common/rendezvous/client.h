@@ -2,7 +2,8 @@
 //
 // The runtime creates one at init from the environment dadtrun sets (DADT_RENDEZVOUS_ADDR,
 // DADT_RENDEZVOUS_PORT, DADT_SECRET) and hands it to the backend and controller as their
-// KeyValueStore. Every request carries the job secret.
+// KeyValueStore. Each connection starts with the keyed handshake of protocol.h: the client and
+// the server prove to each other that they know the job secret, which never crosses the wire.
 //
 // Threading: one persistent TCP connection guarded by a mutex, so any number of threads may call it;
 // requests from different threads are serialised. After a connection error every later call fails
@@ -29,8 +30,8 @@ namespace rendezvous {
 
 class RendezvousClient : public KeyValueStore {
  public:
-  // Retries connecting (short backoff) until `timeout` passes; the error names addr:port and the
-  // last failure. The secret is checked by the server on the first request, not here.
+  // Retries connecting (short backoff) until `timeout` passes, then runs the handshake; the error
+  // names addr:port and the last failure, or which side's proof failed (not retried).
   static StatusOr<std::unique_ptr<RendezvousClient>> Connect(const std::string& addr, int port,
                                                              const std::string& secret,
                                                              std::chrono::milliseconds timeout);
@@ -53,7 +54,7 @@ class RendezvousClient : public KeyValueStore {
   void set_io_timeout(std::chrono::milliseconds timeout);
 
  private:
-  RendezvousClient(int fd, std::string endpoint, std::string secret);
+  RendezvousClient(int fd, std::string endpoint);
   // One request/response exchange under mu_. Unauthorized (and any I/O or framing error) closes
   // the connection; BadRequest is InvalidArgument; NotFound is returned as a Response.
   StatusOr<Response> Call(Op op, const std::string& key, const std::string& value);
@@ -62,7 +63,6 @@ class RendezvousClient : public KeyValueStore {
   int fd_;  // -1 once the connection is broken
   std::chrono::milliseconds io_timeout_;  // guarded by mu_
   const std::string endpoint_;
-  const std::string secret_;
 };
 
 // Connects with the address, port and secret that dadtrun put in the environment; a missing or

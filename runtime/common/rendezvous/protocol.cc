@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <limits>
+#include <utility>
 
 namespace dadt {
 namespace rendezvous {
@@ -66,7 +67,50 @@ bool ParseInt64(std::string_view s, int64_t* out) {
   return true;
 }
 
+Status CheckVersion(uint8_t version) {
+  if (version == kProtocolVersion) return Status::OK();
+  return InvalidArgument("unsupported protocol version " + std::to_string(version) + " (expected " +
+                         std::to_string(kProtocolVersion) +
+                         "): the rank's dadt and dadtrun come from different releases");
+}
+
+// A handshake payload: the version, then fixed-size fields.
+std::string EncodeFixed(std::initializer_list<std::string_view> fields) {
+  std::string payload(1, static_cast<char>(kProtocolVersion));
+  for (std::string_view f : fields) payload.append(f.data(), f.size());
+  return payload;
+}
+
+Status DecodeFixed(std::string_view payload, const char* what,
+                   std::initializer_list<std::pair<size_t, std::string*>> fields) {
+  Reader r(payload);
+  uint8_t version = 0;
+  if (!r.ReadU8(&version)) return InvalidArgument(std::string("empty ") + what);
+  DADT_RETURN_IF_ERROR(CheckVersion(version));
+  for (const auto& [size, out] : fields) {
+    if (!r.ReadBytes(size, out)) return InvalidArgument(std::string(what) + " shorter than its fields");
+  }
+  if (r.remaining() != 0) {
+    return InvalidArgument(std::to_string(r.remaining()) + " trailing bytes after the " + what);
+  }
+  return Status::OK();
+}
+
 }  // namespace
+
+std::string EncodeChallenge(std::string_view server_nonce) { return EncodeFixed({server_nonce}); }
+
+Status DecodeChallenge(std::string_view payload, std::string* server_nonce) {
+  return DecodeFixed(payload, "challenge", {{auth::kNonceBytes, server_nonce}});
+}
+
+std::string EncodeHello(std::string_view client_nonce, std::string_view proof) {
+  return EncodeFixed({client_nonce, proof});
+}
+
+Status DecodeHello(std::string_view payload, std::string* client_nonce, std::string* proof) {
+  return DecodeFixed(payload, "hello", {{auth::kNonceBytes, client_nonce}, {auth::kProofBytes, proof}});
+}
 
 const char* OpName(Op op) {
   switch (op) {
@@ -88,15 +132,11 @@ const char* ResponseStatusName(ResponseStatus status) {
 }
 
 Status EncodeRequest(const Request& request, std::string* payload) {
-  if (request.secret.size() > kMaxSecretBytes) {
-    return InvalidArgument("rendezvous secret is " + std::to_string(request.secret.size()) +
-                           " bytes; the limit is " + std::to_string(kMaxSecretBytes));
-  }
   if (request.key.size() > kMaxKeyBytes) {
     return InvalidArgument("rendezvous key is " + std::to_string(request.key.size()) +
                            " bytes; the limit is " + std::to_string(kMaxKeyBytes));
   }
-  const size_t total = 2 + 2 + request.secret.size() + 2 + request.key.size() + 4 + request.value.size();
+  const size_t total = 2 + 2 + request.key.size() + 4 + request.value.size();
   if (total > kMaxFrameBytes) {
     return InvalidArgument("rendezvous request for key '" + request.key + "' is " +
                            std::to_string(total) + " bytes; the limit is " +
@@ -106,8 +146,6 @@ Status EncodeRequest(const Request& request, std::string* payload) {
   payload->reserve(total);
   payload->push_back(static_cast<char>(kProtocolVersion));
   payload->push_back(static_cast<char>(request.op));
-  PutU16(static_cast<uint16_t>(request.secret.size()), payload);
-  payload->append(request.secret);
   PutU16(static_cast<uint16_t>(request.key.size()), payload);
   payload->append(request.key);
   PutU32(static_cast<uint32_t>(request.value.size()), payload);
@@ -118,21 +156,15 @@ Status EncodeRequest(const Request& request, std::string* payload) {
 Status DecodeRequest(std::string_view payload, Request* request) {
   Reader r(payload);
   uint8_t version = 0, op = 0;
-  uint16_t secret_len = 0, key_len = 0;
+  uint16_t key_len = 0;
   uint32_t value_len = 0;
   if (!r.ReadU8(&version) || !r.ReadU8(&op)) return InvalidArgument("request shorter than its header");
-  if (version != kProtocolVersion) {
-    return InvalidArgument("unsupported protocol version " + std::to_string(version) +
-                           " (expected " + std::to_string(kProtocolVersion) + ")");
-  }
+  DADT_RETURN_IF_ERROR(CheckVersion(version));
   if (op != static_cast<uint8_t>(Op::kSet) && op != static_cast<uint8_t>(Op::kGet) &&
       op != static_cast<uint8_t>(Op::kAdd)) {
     return InvalidArgument("unknown op " + std::to_string(op));
   }
   request->op = static_cast<Op>(op);
-  if (!r.ReadU16(&secret_len) || !r.ReadBytes(secret_len, &request->secret)) {
-    return InvalidArgument("secret length runs past the end of the request");
-  }
   if (!r.ReadU16(&key_len) || !r.ReadBytes(key_len, &request->key)) {
     return InvalidArgument("key length runs past the end of the request");
   }
@@ -202,23 +234,6 @@ StatusOr<bool> ExtractFrame(std::string* buffer, std::string* payload) {
   payload->assign(*buffer, kFrameHeaderBytes, length);
   buffer->erase(0, kFrameHeaderBytes + length);
   return true;
-}
-
-bool SecretsEqual(std::string_view presented, std::string_view expected) {
-  // Always walks `expected` in full, whatever `presented` holds, and folds every difference (the
-  // length too) into one accumulator with no early exit: the time taken depends only on the
-  // expected secret's length (fixed per job), never on how much of it an attacker has guessed.
-  // The only branch, i < presented.size(), depends on the attacker's own input.
-  volatile unsigned char diff = 0;
-  size_t length_diff = presented.size() ^ expected.size();
-  for (size_t i = 0; i < sizeof(length_diff); ++i) {
-    diff = diff | static_cast<unsigned char>(length_diff >> (8 * i));
-  }
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const unsigned char p = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
-    diff = diff | static_cast<unsigned char>(p ^ static_cast<unsigned char>(expected[i]));
-  }
-  return diff == 0;
 }
 
 Status ApplyAdd(const std::string* current, std::string_view delta, std::string* result) {

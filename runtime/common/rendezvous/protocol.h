@@ -6,17 +6,25 @@
 // Wire format (all integers little-endian), over one persistent TCP connection per client:
 //   1. Every message is a frame: u32 payload length, then the payload. A payload longer than
 //      kMaxFrameBytes is refused (the server answers kBadRequest and closes the connection).
-//   2. Request payload:  u8 version (kProtocolVersion), u8 op (kSet|kGet|kAdd),
-//                        u16 secret length + secret, u16 key length + key, u32 value length + value.
-//   3. Response payload: u8 status (kOk|kNotFound|kUnauthorized|kBadRequest), u32 value length + value.
-//   4. The server answers each request in order. kGet never blocks on the server: an absent key is
+//   2. The handshake (runtime/common/auth/keyed_proof.h): the secret never crosses the wire.
+//        server -> client, on accept: challenge  u8 version, server nonce (auth::kNonceBytes);
+//        client -> server:            hello      u8 version, client nonce, Proof(secret,
+//                                                kClientLabel, server nonce, client nonce);
+//        server -> client:            a response: kOk with Proof(secret, kServerLabel, client
+//                                                nonce, server nonce), or kUnauthorized (closed).
+//      A client checks the server's proof too: a process that only listens on the port is not
+//      taken for dadtrun.
+//   3. Request payload:  u8 version (kProtocolVersion), u8 op (kSet|kGet|kAdd),
+//                        u16 key length + key, u32 value length + value.
+//   4. Response payload: u8 status (kOk|kNotFound|kUnauthorized|kBadRequest), u32 value length + value.
+//   5. The server answers each request in order. kGet never blocks on the server: an absent key is
 //      kNotFound and the client polls. kAdd treats the stored value (absent = "0") and the request
 //      value as decimal int64, stores the sum and answers it.
-//   5. A request whose secret differs from the job secret gets kUnauthorized and the connection is
-//      closed; so does any malformed frame (kBadRequest).
+//   6. A hello with a wrong proof gets kUnauthorized and the connection is closed; so does any
+//      malformed frame (kBadRequest), and a request before the handshake.
 //
 //   std::string payload, frame;
-//   DADT_RETURN_IF_ERROR(EncodeRequest({Op::kSet, secret, "ready/0", "1"}, &payload));
+//   DADT_RETURN_IF_ERROR(EncodeRequest({Op::kSet, "ready/0", "1"}, &payload));
 //   DADT_RETURN_IF_ERROR(AppendFrame(payload, &frame));
 #pragma once
 
@@ -25,23 +33,26 @@
 #include <string>
 #include <string_view>
 
+#include "runtime/common/auth/keyed_proof.h"
 #include "runtime/common/status.h"
 
 namespace dadt {
 namespace rendezvous {
 
-inline constexpr uint8_t kProtocolVersion = 1;
+inline constexpr uint8_t kProtocolVersion = 2;  // 1 sent the secret itself
 inline constexpr size_t kFrameHeaderBytes = 4;
 inline constexpr size_t kMaxFrameBytes = 1 << 20;  // 1 MiB of payload
-inline constexpr size_t kMaxSecretBytes = 0xFFFF;
 inline constexpr size_t kMaxKeyBytes = 0xFFFF;
 
 enum class Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
 enum class ResponseStatus : uint8_t { kOk = 0, kNotFound = 1, kUnauthorized = 2, kBadRequest = 3 };
 
+// The handshake's labels (what each side's proof is for).
+inline constexpr char kClientLabel[] = "dadt rendezvous client";
+inline constexpr char kServerLabel[] = "dadt rendezvous server";
+
 struct Request {
   Op op = Op::kGet;
-  std::string secret;
   std::string key;
   std::string value;
 };
@@ -72,10 +83,11 @@ StatusOr<bool> ExtractFrame(std::string* buffer, std::string* payload);
 // Reads the length header at the start of `header` (kFrameHeaderBytes bytes).
 uint32_t DecodeFrameLength(const char* header);
 
-// Whether `presented` equals the job secret `expected`, in time that depends only on the length
-// of `expected` (constant for a job): no early exit at the first difference, so timing reveals
-// neither a matching prefix nor the secret's length to whoever sends `presented`.
-bool SecretsEqual(std::string_view presented, std::string_view expected);
+// The handshake's payloads (step 2 above). Decoding checks the version and every field's size.
+std::string EncodeChallenge(std::string_view server_nonce);
+Status DecodeChallenge(std::string_view payload, std::string* server_nonce);
+std::string EncodeHello(std::string_view client_nonce, std::string_view proof);
+Status DecodeHello(std::string_view payload, std::string* client_nonce, std::string* proof);
 
 // The kAdd semantics shared by the server and InMemoryStore: `current` (nullptr = absent = 0) plus
 // `delta`, both decimal int64. InvalidArgument on junk or overflow; otherwise the sum in `*result`.

@@ -11,48 +11,32 @@ The test steers it through files in CONTROL_DIR: `finish` makes every worker exi
 latest round; `exit-<id with / as _>` holding a number makes that worker exit with it.
 """
 import os
-import struct
 import socket
 import sys
 import time
 
-OK, NOT_FOUND = 0, 1
-SET, GET = 1, 2
+from dadt import _rendezvous_wire as wire
 
 
 class Store:
     """The rendezvous protocol (runtime/common/rendezvous/protocol.h) over one TCP connection."""
 
     def __init__(self, addr, port, secret):
-        self.secret = secret.encode()
         self.sock = socket.create_connection((addr, int(port)), timeout=30)
+        wire.handshake(self.sock, secret.encode(), "%s:%s" % (addr, port))
 
     def _call(self, op, key, value=b""):
-        key = key.encode()
-        payload = (struct.pack("<BB", 1, op) + struct.pack("<H", len(self.secret)) + self.secret +
-                   struct.pack("<H", len(key)) + key + struct.pack("<I", len(value)) + value)
-        self.sock.sendall(struct.pack("<I", len(payload)) + payload)
-        (length,) = struct.unpack("<I", self._read(4))
-        body = self._read(length)
-        status, vlen = struct.unpack("<BI", body[:5])
-        if status not in (OK, NOT_FOUND):
+        wire.send_frame(self.sock, wire.encode_request(op, key, value))
+        status, answer = wire.decode_response(wire.read_frame(self.sock))
+        if status not in (wire.OK, wire.NOT_FOUND):
             raise RuntimeError(f"store answered status {status} for {key!r}")
-        return body[5:5 + vlen].decode() if status == OK else None
-
-    def _read(self, n):
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("store closed the connection")
-            data += chunk
-        return data
+        return answer.decode() if status == wire.OK else None
 
     def get(self, key):
-        return self._call(GET, key)
+        return self._call(wire.GET, key)
 
     def set(self, key, value):
-        self._call(SET, key, value.encode())
+        self._call(wire.SET, key, value.encode())
 
 
 def main():

@@ -1,7 +1,8 @@
 // TcpControlTransport (runtime/backends/tcp/tcp_control_transport.h): the coordinator's star of TCP connections,
 // with ranks as threads on loopback and an in-memory rendezvous store. Covers: every worker's
 // frames reach the coordinator tagged with its rank and a broadcast reaches every worker; frames
-// keep their boundaries and order (empty and large ones included); a wrong secret is not let in;
+// keep their boundaries and order (empty and large ones included); a wrong secret is not let in,
+// and a worker does not take a listener that cannot prove the secret for its coordinator;
 // a start-up timeout names the missing ranks; a closed peer is reported by rank, after the frames
 // it sent before closing; a bad bind address is refused.
 #include "runtime/backends/tcp/tcp_control_transport.h"
@@ -21,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/common/auth/keyed_proof.h"
 #include "test/runtime/backends/in_memory_kv_store.h"
 
 namespace dadt {
@@ -141,7 +143,9 @@ TEST(TcpControlTransport, WrongSecretIsNotLetIn) {
   InMemoryKeyValueStore store;
   std::thread intruder([&] {
     auto ch = Connect(1, 2, &store, "guess");
-    EXPECT_TRUE(ch.ok());  // it only learns by being closed
+    ASSERT_FALSE(ch.ok());  // no welcome: the coordinator closed the connection
+    EXPECT_NE(ch.status().message().find("refused this rank's proof of the job secret"), std::string::npos)
+        << ch.status().message();
   });
   auto ch = Connect(0, 2, &store, kSecret, std::chrono::milliseconds(1000));
   intruder.join();
@@ -226,6 +230,14 @@ TEST(TcpControlTransport, LostCoordinatorIsReportedToTheWorkerAfterItsLastFrames
 }
 
 // A plain TCP client speaking the channel's framing, for peers that misbehave.
+std::string RecvFrame(int fd) {
+  uint32_t n = 0;
+  if (recv(fd, &n, 4, MSG_WAITALL) != 4) return "";
+  std::string body(n, '\0');
+  if (n > 0 && recv(fd, body.data(), n, MSG_WAITALL) != static_cast<ssize_t>(n)) return "";
+  return body;
+}
+
 int RawConnect(KeyValueStore& store) {
   auto where = store.Get("ctrl/addr", kGenerous);
   EXPECT_TRUE(where.ok());
@@ -247,6 +259,17 @@ void RawSend(int fd, const std::string& payload, uint32_t length) {
   ASSERT_EQ(send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
 }
 
+// The worker's half of the handshake, by hand, claiming `rank` and proving `secret`.
+void RawHello(int fd, int rank, const std::string& secret) {
+  const std::string challenge = RecvFrame(fd);
+  ASSERT_EQ(challenge.size(), auth::kNonceBytes);
+  const std::string nonce(auth::kNonceBytes, 'w');
+  const uint32_t r = static_cast<uint32_t>(rank);
+  const std::string hello = std::string(reinterpret_cast<const char*>(&r), 4) + nonce +
+                            auth::Proof(secret, "dadt control hello " + std::to_string(rank), challenge, nonce);
+  RawSend(fd, hello, static_cast<uint32_t>(hello.size()));
+}
+
 // Whether the peer closed `fd` (recv sees the end of the stream) within the generous timeout.
 bool ClosedByPeer(int fd) {
   pollfd p{fd, POLLIN, 0};
@@ -264,8 +287,7 @@ TEST(TcpControlTransport, SecondConnectionClaimingARankIsShutOut) {
     auto rank1 = Connect(1, 3, &store);
     ASSERT_TRUE(rank1.ok()) << rank1.status().ToString();
     impostor = RawConnect(store);
-    const std::string hello = std::string("1 ") + kSecret;
-    RawSend(impostor, hello, static_cast<uint32_t>(hello.size()));
+    RawHello(impostor, 1, kSecret);  // knows the secret, but rank 1 is taken
     auto rank2 = Connect(2, 3, &store);
     ASSERT_TRUE(rank2.ok()) << rank2.status().ToString();
     ASSERT_TRUE((*rank1)->SendToCoordinator("from rank 1").ok());
@@ -312,8 +334,8 @@ TEST(TcpControlTransport, CorruptFrameLengthIsAnError) {
   std::promise<void> coordinator_done;
   std::thread peer([&] {
     int fd = RawConnect(store);
-    std::string hello = std::string("1 ") + kSecret;
-    RawSend(fd, hello, static_cast<uint32_t>(hello.size()));
+    RawHello(fd, 1, kSecret);
+    EXPECT_EQ(RecvFrame(fd).size(), auth::kProofBytes);  // the coordinator's welcome
     RawSend(fd, "", 0xFFFFFFFFu);  // a length no frame has
     coordinator_done.get_future().wait();
     close(fd);
@@ -327,6 +349,39 @@ TEST(TcpControlTransport, CorruptFrameLengthIsAnError) {
   EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
   EXPECT_NE(s.message().find("4294967295"), std::string::npos) << s.message();
   EXPECT_TRUE(got.empty());
+}
+
+// A rank does not take a listener that cannot prove the job secret for its coordinator (a stale
+// address, another job's port): its welcome must be the coordinator's proof.
+TEST(TcpControlTransport, AWorkerRefusesACoordinatorThatCannotProveTheSecret) {
+  InMemoryKeyValueStore store;
+  int port = 0;
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  port = ntohs(addr.sin_port);
+  ASSERT_TRUE(store.Set("ctrl/addr", "127.0.0.1:" + std::to_string(port)).ok());
+  std::string hello;
+  std::thread fake([&] {
+    int fd = accept(listener, nullptr, nullptr);
+    RawSend(fd, std::string(auth::kNonceBytes, 'n'), auth::kNonceBytes);
+    hello = RecvFrame(fd);
+    RawSend(fd, std::string(auth::kProofBytes, 'p'), auth::kProofBytes);  // a made-up proof
+    ClosedByPeer(fd);
+    close(fd);
+  });
+  auto ch = Connect(1, 2, &store);
+  fake.join();
+  close(listener);
+  ASSERT_FALSE(ch.ok());
+  EXPECT_NE(ch.status().message().find("did not prove that it knows the job secret"), std::string::npos)
+      << ch.status().message();
+  EXPECT_EQ(hello.find(kSecret), std::string::npos) << "the secret itself never crosses the wire";
 }
 
 TEST(TcpControlTransport, BadBindAddressIsRefused) {

@@ -15,9 +15,9 @@ Ray job's rounds exactly as it joins dadtrun's. The order of the ranks follows d
 3. local and cross ranks by dadtrun's definitions (dadt/ray/_places.py).
 """
 import socket
-import struct
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
+from dadt import _rendezvous_wire as wire
 from dadt.ray import _places
 
 
@@ -71,41 +71,22 @@ def finished_items(round_number: int, who: str) -> List[Tuple[str, str]]:
     return [("elastic/round/%d/finished" % round_number, who)]
 
 
-# runtime/common/rendezvous/protocol.h: frames of a little-endian u32 length and a payload.
-_VERSION, _SET, _GET, _OK, _NOT_FOUND = 1, 1, 2, 0, 1
-_STATUS = {0: "OK", 1: "NOT_FOUND", 2: "UNAUTHORIZED", 3: "BAD_REQUEST"}
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("the store closed the connection")
-        buf += chunk
-    return buf
-
-
 def _requests(addr: str, port: int, secret: str, op: int, items: Sequence[Tuple[str, str]],
               timeout_s: float) -> List[Tuple[int, bytes]]:
     """Sends ``items`` (key, value) as ``op`` requests over one connection, in order (the server
     answers each request before the next is read); returns each (status, value). Raises
     ConnectionError naming the store and the key for an answer other than OK or NOT_FOUND."""
-    s = secret.encode()
     answers = []
     with socket.create_connection((addr, port), timeout=timeout_s) as sock:
+        wire.handshake(sock, secret.encode(), "%s:%d" % (addr, port))
         for key, value in items:
-            k, v = key.encode(), value.encode()
-            payload = (struct.pack("<BBH", _VERSION, op, len(s)) + s + struct.pack("<H", len(k)) + k
-                       + struct.pack("<I", len(v)) + v)
-            sock.sendall(struct.pack("<I", len(payload)) + payload)
-            (length,) = struct.unpack("<I", _read(sock, 4))
-            answer = _read(sock, length)
-            status = answer[0]
-            if status not in (_OK, _NOT_FOUND) or (status == _NOT_FOUND and op != _GET):
+            wire.send_frame(sock, wire.encode_request(op, key, value.encode()))
+            status, answer = wire.decode_response(wire.read_frame(sock))
+            if status not in (wire.OK, wire.NOT_FOUND) or (status == wire.NOT_FOUND and op != wire.GET):
                 raise ConnectionError("dadt's rendezvous store at %s:%d refused %s %s: %s"
-                                      % (addr, port, "GET" if op == _GET else "SET", key, _STATUS.get(status, status)))
-            answers.append((status, answer[5:5 + struct.unpack("<I", answer[1:5])[0]] if length >= 5 else b""))
+                                      % (addr, port, "GET" if op == wire.GET else "SET", key,
+                                         wire.STATUS_NAMES.get(status, status)))
+            answers.append((status, answer))
     return answers
 
 
@@ -113,13 +94,13 @@ def store_set(addr: str, port: int, secret: str, items: Sequence[Tuple[str, str]
               timeout_s: float = 10.0) -> None:
     """SETs ``items`` in dadt's rendezvous store at addr:port, in order, over one connection (so the
     order is the order the ranks can see them in)."""
-    _requests(addr, port, secret, _SET, items, timeout_s)
+    _requests(addr, port, secret, wire.SET, items, timeout_s)
 
 
 def store_get(addr: str, port: int, secret: str, keys: Sequence[str], timeout_s: float = 10.0) -> Dict[str, str]:
     """The values of those of ``keys`` that the store at addr:port holds (an absent key is left out)."""
-    answers = _requests(addr, port, secret, _GET, [(k, "") for k in keys], timeout_s)
-    return {k: v.decode(errors="replace") for k, (status, v) in zip(keys, answers) if status == _OK}
+    answers = _requests(addr, port, secret, wire.GET, [(k, "") for k in keys], timeout_s)
+    return {k: v.decode(errors="replace") for k, (status, v) in zip(keys, answers) if status == wire.OK}
 
 
 def unresponsive_key(round_number: int, rank: int) -> str:

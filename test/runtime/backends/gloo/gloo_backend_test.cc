@@ -331,6 +331,33 @@ TEST(GlooBackendTest, AStrangerOnAPairsPortWhileTheMeshFormsCostsOneAttempt) {
   EXPECT_NE(log.find("attempt 2 of 3"), std::string::npos) << log;
 }
 
+// Every pair proves the job secret before first use (runtime/common/auth/keyed_proof.h): a rank
+// of another job (here: another secret) on the other end of a pair is found out at once, on both
+// sides, and never used; each attempt fails so, and the last names the pair.
+TEST(GlooBackendTest, APairWhoseOtherEndCannotProveTheSecretIsNeverUsed) {
+  InMemoryKeyValueStore store;
+  const std::string prefix = testutil::UniqueStorePrefix();
+  std::vector<Status> results(2);
+  const auto start = Clock::now();
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      BackendOptions o = Options(rank, 2, &store, milliseconds(10000));
+      o.store_prefix = prefix;
+      o.secret = rank == 0 ? "this job's secret" : "another job's secret";
+      results[rank] = BackendRegistry::Create("gloo", o).status();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_FALSE(results[rank].ok()) << "rank " << rank;
+    EXPECT_NE(results[rank].message().find("did not prove that it knows the job secret"), std::string::npos)
+        << results[rank].ToString();
+  }
+  EXPECT_NE(results[0].message().find("the pair with rank 1"), std::string::npos) << results[0].ToString();
+  EXPECT_LT(SecondsSince(start), 10) << "found out at once, not by a time-out";
+}
+
 TEST(GlooBackendFailureTest, StalledPeerTimesOut) {
   double seconds = 0;
   const Status s = RunAgainstFaultyPeer(milliseconds(500), [](std::unique_ptr<Backend> b) {

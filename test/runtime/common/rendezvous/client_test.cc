@@ -1,5 +1,5 @@
-// RendezvousClient on its own: connection errors, environment handling, and polling against a
-// scripted fake server. The real server is exercised in test/dadtrun/rendezvous_server_test.cc.
+// RendezvousClient on its own: the handshake, connection errors, environment handling, and
+// polling against a scripted fake server. The real server is exercised in test/dadtrun/rendezvous_server_test.cc.
 #include "runtime/common/rendezvous/client.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <atomic>
 #include <thread>
 
+#include "runtime/common/auth/keyed_proof.h"
 #include "runtime/common/rendezvous/protocol.h"
 #include "runtime/common/net/socket.h"
 
@@ -23,11 +24,16 @@ using net::RecvAll;
 using net::SendAll;
 using std::chrono::milliseconds;
 
-// Accepts one connection and answers each request with kNotFound until `found_after` requests
-// have been seen, then kOk "value". Counts the GETs.
+// Accepts one connection, runs the server's half of the handshake with `secret` (refusing a wrong
+// proof as dadtrun does, or, with `prove_with`, answering with a proof made from that secret
+// instead: a listener that does not know the job's), then answers each request with kNotFound
+// until `found_after` requests have been seen, then kOk "value"; with found_after < 0 it never
+// answers a request (a wedged dadtrun). Counts the requests.
 class FakeServer {
  public:
-  explicit FakeServer(int found_after) : found_after_(found_after) {
+  FakeServer(int found_after, std::string secret, std::string prove_with = "")
+      : found_after_(found_after), secret_(std::move(secret)),
+        prove_with_(prove_with.empty() ? secret_ : std::move(prove_with)) {
     StatusOr<int> fd = ListenTcp("127.0.0.1", 0, &port_);
     EXPECT_TRUE(fd.ok());
     listen_fd_ = *fd;
@@ -40,11 +46,35 @@ class FakeServer {
   }
   int port() const { return port_; }
   int requests() const { return requests_.load(); }
-  std::string last_secret() {
-    return last_secret_;
-  }
+  bool client_proved() const { return client_proved_.load(); }
 
  private:
+  static bool Send(int fd, const Response& resp, Clock::time_point deadline) {
+    std::string payload, frame;
+    (void)EncodeResponse(resp, &payload);
+    (void)AppendFrame(payload, &frame);
+    return SendAll(fd, frame, deadline).ok();
+  }
+  static bool Recv(int fd, std::string* body, Clock::time_point deadline) {
+    char header[4];
+    if (!RecvAll(fd, header, 4, deadline).ok()) return false;
+    body->assign(DecodeFrameLength(header), '\0');
+    return RecvAll(fd, body->data(), body->size(), deadline).ok();
+  }
+  bool Handshake(int fd, Clock::time_point deadline) {
+    const std::string nonce(auth::kNonceBytes, 'n');
+    std::string frame, hello, client_nonce, proof;
+    (void)AppendFrame(EncodeChallenge(nonce), &frame);
+    if (!SendAll(fd, frame, deadline).ok() || !Recv(fd, &hello, deadline)) return false;
+    if (!DecodeHello(hello, &client_nonce, &proof).ok()) return false;
+    if (!auth::ProofMatches(proof, auth::Proof(secret_, kClientLabel, nonce, client_nonce))) {
+      Send(fd, {ResponseStatus::kUnauthorized, "wrong proof of the job secret"}, deadline);
+      return false;
+    }
+    client_proved_ = true;
+    return Send(fd, {ResponseStatus::kOk, auth::Proof(prove_with_, kServerLabel, client_nonce, nonce)},
+                deadline);
+  }
   void Serve() {
     int fd = -1;
     for (int i = 0; i < 5000 && fd < 0; ++i) {
@@ -53,29 +83,29 @@ class FakeServer {
     }
     if (fd < 0) return;
     const auto deadline = Clock::now() + std::chrono::seconds(10);
-    for (;;) {
-      char header[4];
-      if (!RecvAll(fd, header, 4, deadline).ok()) break;
-      std::string body(DecodeFrameLength(header), '\0');
-      if (!RecvAll(fd, body.data(), body.size(), deadline).ok()) break;
-      Request req;
-      if (!DecodeRequest(body, &req).ok()) break;
-      last_secret_ = req.secret;
-      Response resp{++requests_ > found_after_ ? ResponseStatus::kOk : ResponseStatus::kNotFound,
-                    "value"};
-      std::string payload, frame;
-      (void)EncodeResponse(resp, &payload);
-      (void)AppendFrame(payload, &frame);
-      if (!SendAll(fd, frame, deadline).ok()) break;
+    std::string body;
+    if (Handshake(fd, deadline)) {
+      while (Recv(fd, &body, deadline)) {
+        Request req;
+        if (!DecodeRequest(body, &req).ok()) break;
+        ++requests_;
+        if (found_after_ < 0) continue;
+        if (!Send(fd, {requests_ > found_after_ ? ResponseStatus::kOk : ResponseStatus::kNotFound, "value"},
+                  deadline)) {
+          break;
+        }
+      }
     }
     ::close(fd);
   }
 
   int found_after_;
+  const std::string secret_;
+  const std::string prove_with_;
   int port_ = 0;
   int listen_fd_ = -1;
   std::atomic<int> requests_{0};
-  std::string last_secret_;
+  std::atomic<bool> client_proved_{false};
   std::thread thread_;
 };
 
@@ -96,19 +126,39 @@ TEST(RendezvousClientTest, ConnectTimeoutNamesTheEndpoint) {
 }
 
 TEST(RendezvousClientTest, GetPollsUntilTheKeyAppears) {
-  FakeServer server(/*found_after=*/3);
+  FakeServer server(/*found_after=*/3, "job-secret");
   auto client = RendezvousClient::Connect("127.0.0.1", server.port(), "job-secret",
                                           milliseconds(2000));
   ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE(server.client_proved());
   StatusOr<std::string> v = (*client)->Get("k", milliseconds(5000));
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(*v, "value");
   EXPECT_EQ(server.requests(), 4);
-  EXPECT_EQ(server.last_secret(), "job-secret");
+}
+
+TEST(RendezvousClientTest, AWrongSecretFailsAtConnectAndSaysSo) {
+  FakeServer server(/*found_after=*/0, "job-secret");
+  auto client = RendezvousClient::Connect("127.0.0.1", server.port(), "not-the-secret", milliseconds(2000));
+  ASSERT_FALSE(client.ok());
+  EXPECT_FALSE(server.client_proved());
+  EXPECT_NE(client.status().message().find("refused the job secret (DADT_SECRET does not match this job)"),
+            std::string::npos)
+      << client.status().message();
+}
+
+TEST(RendezvousClientTest, AListenerThatCannotProveTheSecretIsNotTakenForTheServer) {
+  // It accepts any client but does not know the job's secret: not this job's dadtrun.
+  FakeServer server(/*found_after=*/0, "job-secret", /*prove_with=*/"another-secret");
+  auto client = RendezvousClient::Connect("127.0.0.1", server.port(), "job-secret", milliseconds(2000));
+  ASSERT_FALSE(client.ok());
+  EXPECT_NE(client.status().message().find("did not prove that it knows the job secret"), std::string::npos)
+      << client.status().message();
+  EXPECT_EQ(server.requests(), 0) << "no request may go to an unproven server";
 }
 
 TEST(RendezvousClientTest, GetTimeoutNamesTheKey) {
-  FakeServer server(/*found_after=*/1000000);
+  FakeServer server(/*found_after=*/1000000, "s");
   auto client = RendezvousClient::Connect("127.0.0.1", server.port(), "s", milliseconds(2000));
   ASSERT_TRUE(client.ok());
   auto start = std::chrono::steady_clock::now();
@@ -125,17 +175,15 @@ TEST(RendezvousClientTest, GetTimeoutNamesTheKey) {
 }
 
 TEST(RendezvousClientTest, ASilentServerFailsTheCallWithinTheIoTimeout) {
-  // The kernel completes the connection (backlog) but nothing ever answers: a wedged dadtrun.
-  int port = 0;
-  StatusOr<int> listen_fd = ListenTcp("127.0.0.1", 0, &port);
-  ASSERT_TRUE(listen_fd.ok());
+  // The handshake passes, then nothing answers: a wedged dadtrun.
+  FakeServer server(/*found_after=*/-1, "s");
+  const int port = server.port();
   auto client = RendezvousClient::Connect("127.0.0.1", port, "s", milliseconds(2000));
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   (*client)->set_io_timeout(milliseconds(200));
   auto start = std::chrono::steady_clock::now();
   StatusOr<std::string> v = (*client)->Get("elastic/notice", milliseconds(0));
   auto elapsed = std::chrono::steady_clock::now() - start;
-  ::close(*listen_fd);
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), StatusCode::kAborted);
   EXPECT_NE(v.status().message().find("GET 'elastic/notice' at rendezvous server 127.0.0.1:" + std::to_string(port)),
@@ -166,14 +214,14 @@ TEST(RendezvousClientTest, ConnectFromEnvReportsMissingVariables) {
 }
 
 TEST(RendezvousClientTest, ConnectFromEnvUsesTheEnvironment) {
-  FakeServer server(/*found_after=*/0);
+  FakeServer server(/*found_after=*/0, "from-env");
   ::setenv("DADT_RENDEZVOUS_ADDR", "127.0.0.1", 1);
   ::setenv("DADT_RENDEZVOUS_PORT", std::to_string(server.port()).c_str(), 1);
   ::setenv("DADT_SECRET", "from-env", 1);
   auto client = ConnectFromEnv(milliseconds(2000));
   ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE(server.client_proved());
   ASSERT_TRUE((*client)->Set("k", "v").ok());
-  EXPECT_EQ(server.last_secret(), "from-env");
 }
 
 }  // namespace

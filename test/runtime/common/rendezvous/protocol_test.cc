@@ -17,13 +17,12 @@ std::string Frame(const std::string& payload) {
 
 TEST(ProtocolTest, RequestRoundTripsEveryOp) {
   for (Op op : {Op::kSet, Op::kGet, Op::kAdd}) {
-    Request in{op, "s3cr3t", "ready/7", std::string("v\0al\xff", 5)};
+    Request in{op, "ready/7", std::string("v\0al\xff", 5)};
     std::string payload;
     ASSERT_TRUE(EncodeRequest(in, &payload).ok());
     Request out;
     ASSERT_TRUE(DecodeRequest(payload, &out).ok());
     EXPECT_EQ(out.op, op);
-    EXPECT_EQ(out.secret, in.secret);
     EXPECT_EQ(out.key, in.key);
     EXPECT_EQ(out.value, in.value);
   }
@@ -31,23 +30,22 @@ TEST(ProtocolTest, RequestRoundTripsEveryOp) {
 
 TEST(ProtocolTest, RequestWireLayoutIsLittleEndian) {
   std::string payload;
-  ASSERT_TRUE(EncodeRequest({Op::kAdd, "ab", "k", "123"}, &payload).ok());
-  const std::string expected = std::string("\x01\x03", 2) + std::string("\x02\x00", 2) + "ab" +
-                               std::string("\x01\x00", 2) + "k" +
+  ASSERT_TRUE(EncodeRequest({Op::kAdd, "k", "123"}, &payload).ok());
+  const std::string expected = std::string("\x02\x03", 2) + std::string("\x01\x00", 2) + "k" +
                                std::string("\x03\x00\x00\x00", 4) + "123";
   EXPECT_EQ(payload, expected);
   std::string frame = Frame(payload);
   EXPECT_EQ(DecodeFrameLength(frame.data()), payload.size());
-  EXPECT_EQ(frame.substr(0, 4), std::string("\x10\x00\x00\x00", 4));  // 16 payload bytes
+  EXPECT_EQ(frame.substr(0, 4), std::string("\x0c\x00\x00\x00", 4));  // 12 payload bytes
 }
 
 TEST(ProtocolTest, EmptyFieldsRoundTrip) {
   std::string payload;
-  ASSERT_TRUE(EncodeRequest({Op::kGet, "", "", ""}, &payload).ok());
-  Request out{Op::kSet, "x", "y", "z"};
+  ASSERT_TRUE(EncodeRequest({Op::kGet, "", ""}, &payload).ok());
+  Request out{Op::kSet, "y", "z"};
   ASSERT_TRUE(DecodeRequest(payload, &out).ok());
   EXPECT_EQ(out.op, Op::kGet);
-  EXPECT_TRUE(out.secret.empty() && out.key.empty() && out.value.empty());
+  EXPECT_TRUE(out.key.empty() && out.value.empty());
 }
 
 TEST(ProtocolTest, ResponseRoundTrips) {
@@ -64,7 +62,7 @@ TEST(ProtocolTest, ResponseRoundTrips) {
 
 TEST(ProtocolTest, EveryTruncationOfARequestIsRejected) {
   std::string payload;
-  ASSERT_TRUE(EncodeRequest({Op::kSet, "secret", "key", "value"}, &payload).ok());
+  ASSERT_TRUE(EncodeRequest({Op::kSet, "key", "value"}, &payload).ok());
   for (size_t n = 0; n < payload.size(); ++n) {
     Request out;
     EXPECT_FALSE(DecodeRequest(payload.substr(0, n), &out).ok()) << "prefix of " << n << " bytes";
@@ -86,11 +84,11 @@ TEST(ProtocolTest, EveryTruncationOfAResponseIsRejected) {
 
 TEST(ProtocolTest, BadVersionOpAndStatusAreRejected) {
   std::string payload;
-  ASSERT_TRUE(EncodeRequest({Op::kSet, "s", "k", "v"}, &payload).ok());
+  ASSERT_TRUE(EncodeRequest({Op::kSet, "k", "v"}, &payload).ok());
   Request req;
   std::string bad = payload;
-  bad[0] = 2;
-  EXPECT_NE(DecodeRequest(bad, &req).message().find("version"), std::string::npos);
+  bad[0] = 1;  // the version that sent the secret itself
+  EXPECT_NE(DecodeRequest(bad, &req).message().find("different releases"), std::string::npos);
   bad = payload;
   bad[1] = 0;
   EXPECT_NE(DecodeRequest(bad, &req).message().find("op"), std::string::npos);
@@ -101,11 +99,11 @@ TEST(ProtocolTest, BadVersionOpAndStatusAreRejected) {
 }
 
 TEST(ProtocolTest, LengthsPastTheEndAreRejected) {
-  // Secret length says 0xFFFF but only 1 byte follows.
+  // Key length says 0xFFFF but only 1 byte follows.
   Request req;
-  EXPECT_FALSE(DecodeRequest(std::string("\x01\x01\xff\xff" "a", 5), &req).ok());
+  EXPECT_FALSE(DecodeRequest(std::string("\x02\x01\xff\xff" "a", 5), &req).ok());
   // Value length 0xFFFFFFFF.
-  std::string payload = std::string("\x01\x01\x00\x00\x00\x00\xff\xff\xff\xff", 10);
+  std::string payload = std::string("\x02\x01\x00\x00\xff\xff\xff\xff", 8);
   EXPECT_FALSE(DecodeRequest(payload, &req).ok());
   Response resp;
   EXPECT_FALSE(DecodeResponse(std::string("\x00\xff\xff\xff\xff", 5), &resp).ok());
@@ -141,9 +139,8 @@ TEST(ProtocolTest, OversizedPayloadsAreRefused) {
   EXPECT_TRUE(out.empty());
   EXPECT_TRUE(AppendFrame(std::string(kMaxFrameBytes, 'x'), &out).ok());
   std::string payload;
-  EXPECT_FALSE(EncodeRequest({Op::kSet, "s", "k", std::string(kMaxFrameBytes, 'v')}, &payload).ok());
-  EXPECT_FALSE(EncodeRequest({Op::kSet, "s", std::string(kMaxKeyBytes + 1, 'k'), ""}, &payload).ok());
-  EXPECT_FALSE(EncodeRequest({Op::kSet, std::string(kMaxSecretBytes + 1, 's'), "k", ""}, &payload).ok());
+  EXPECT_FALSE(EncodeRequest({Op::kSet, "k", std::string(kMaxFrameBytes, 'v')}, &payload).ok());
+  EXPECT_FALSE(EncodeRequest({Op::kSet, std::string(kMaxKeyBytes + 1, 'k'), ""}, &payload).ok());
   EXPECT_FALSE(EncodeResponse({ResponseStatus::kOk, std::string(kMaxFrameBytes, 'v')}, &payload).ok());
 }
 
@@ -175,20 +172,28 @@ TEST(ProtocolTest, ExtractFrameRejectsOversizedHeader) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(ProtocolTest, SecretsEqual) {
-  EXPECT_TRUE(SecretsEqual("abc", "abc"));
-  EXPECT_TRUE(SecretsEqual("", ""));
-  EXPECT_FALSE(SecretsEqual("abc", "abd"));
-  EXPECT_FALSE(SecretsEqual("abc", "ab"));
-  EXPECT_FALSE(SecretsEqual("ab", "abc"));
-  EXPECT_FALSE(SecretsEqual("", "a"));
-  EXPECT_FALSE(SecretsEqual(std::string("a\0", 2), "a"));
-  EXPECT_FALSE(SecretsEqual("a", std::string("a\0", 2)));
-  // Lengths that differ by a multiple of 256 are still different (no truncated length compare).
-  EXPECT_FALSE(SecretsEqual(std::string(256, 'x'), ""));
-  EXPECT_FALSE(SecretsEqual(std::string(300, 'k'), std::string(44, 'k')));
-  const std::string secret(64, 's');
-  EXPECT_FALSE(SecretsEqual(secret + secret, secret)) << "a longer guess that starts with the secret";
+TEST(ProtocolTest, HandshakePayloadsRoundTripAndRejectAnythingElse) {
+  const std::string nonce(auth::kNonceBytes, 'n'), proof(auth::kProofBytes, 'p');
+  std::string got_nonce, got_proof;
+  ASSERT_TRUE(DecodeChallenge(EncodeChallenge(nonce), &got_nonce).ok());
+  EXPECT_EQ(got_nonce, nonce);
+  const std::string hello = EncodeHello(nonce, proof);
+  ASSERT_TRUE(DecodeHello(hello, &got_nonce, &got_proof).ok());
+  EXPECT_EQ(got_nonce, nonce);
+  EXPECT_EQ(got_proof, proof);
+  // A request where a hello belongs (a client of the version that sent the secret), every
+  // truncation, a trailing byte: refused, never read past the end.
+  std::string request;
+  ASSERT_TRUE(EncodeRequest({Op::kGet, "k", ""}, &request).ok());
+  EXPECT_FALSE(DecodeHello(request, &got_nonce, &got_proof).ok());
+  for (size_t n = 0; n < hello.size(); ++n) {
+    EXPECT_FALSE(DecodeHello(hello.substr(0, n), &got_nonce, &got_proof).ok()) << n;
+  }
+  EXPECT_FALSE(DecodeHello(hello + "x", &got_nonce, &got_proof).ok());
+  std::string old = hello;
+  old[0] = 1;
+  EXPECT_NE(DecodeHello(old, &got_nonce, &got_proof).message().find("version 1"), std::string::npos);
+  EXPECT_FALSE(DecodeChallenge(EncodeChallenge(nonce) + "x", &got_nonce).ok());
 }
 
 TEST(ProtocolTest, ApplyAdd) {
