@@ -21,6 +21,7 @@ APT_PACKAGES=(
     mpich libmpich-dev   # the MPICH-ABI build of the MPI engine (dadt/_mpich/_core.so) and its tests
     openssh-client openssh-server iproute2 procps
     iptables   # the chaos tier's packet loss and partitions inside the namespace hosts (test/chaos)
+    libnetfilter-queue-dev   # netfilterqueue (requirements-test.txt): the chaos tier's delay without netem
     slurmctld slurmd slurm-client munge   # the Slurm tests (tools/slurm_cluster.sh); apt starts no daemon here
     clang libclang-rt-14-dev   # the fuzz target (tools/run_fuzz.sh): Debian 12's clang 14 and its libFuzzer
 )

@@ -13,8 +13,9 @@ What this file gives the tests:
   or the `dadtrun-rank-N` wrapper) is left on h3 or h4, and no process of the job is left here. Left
   over ones are killed and the test fails, naming them.
 - Faults, each a context manager that removes what it applied in a `finally`, then checks it is gone:
-  `lossy_link(host)` (tc netem loss 5% delay 20ms 50ms; where the kernel has no netem, 5% loss each
-  way with iptables' statistic match, and `faults_applied` says so), `partition(host)` (every packet
+  `lossy_link(host)` (tc netem loss 5% delay 20ms 50ms; where the kernel has no netem, the same from
+  user space through NFQUEUE (userspace_netem.py), or without netfilterqueue 5% loss each way with
+  iptables' statistic match; `faults_applied` says which), `partition(host)` (every packet
   in and out of the host's dadt0 dropped with iptables, or the link set down where iptables is
   missing).
 - `job`: a dadtrun launch across the hosts (`-H h3:1,h4:1 --network-interface dadt0`), marked with
@@ -208,6 +209,12 @@ def ns(host, *cmd, check=True):
 
 
 NETEM = ["netem", "loss", "5%", "delay", "20ms", "50ms"]
+# The same in user space where the kernel has no netem: iptables hands the host's outgoing packets to
+# NFQUEUE queue 7, and test/chaos/userspace_netem.py (inside the host's namespace) drops or delays them.
+NETEM_QUEUE = "7"
+USERSPACE_NETEM = [os.path.join(HERE, "userspace_netem.py"), "--queue", NETEM_QUEUE, "--loss", "0.05",
+                   "--delay-ms", "20", "--jitter-ms", "50"]
+QUEUE_RULES = [["OUTPUT", "-o", IFACE, "-j", "NFQUEUE", "--queue-num", NETEM_QUEUE, "--queue-bypass"]]
 LOSS_RULES = [["INPUT", "-i", IFACE, "-m", "statistic", "--mode", "random", "--probability", "0.05", "-j", "DROP"],
               ["OUTPUT", "-o", IFACE, "-m", "statistic", "--mode", "random", "--probability", "0.05", "-j", "DROP"]]
 PARTITION_RULES = [["INPUT", "-i", IFACE, "-j", "DROP"], ["OUTPUT", "-o", IFACE, "-j", "DROP"]]
@@ -263,9 +270,32 @@ def faults_applied():
 
 
 @contextlib.contextmanager
+def _userspace_netem(host):
+    """test/chaos/userspace_netem.py in the host's namespace, fed by an NFQUEUE rule on its outgoing
+    packets; both removed in a finally (the process lets its held packets go when it stops)."""
+    proc = subprocess.Popen(["ip", "netns", "exec", host, PY, *USERSPACE_NETEM], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        ready = proc.stdout.readline()
+        if "READY" not in ready:
+            raise RuntimeError(f"userspace_netem.py on {host} did not start: {ready}{proc.stdout.read()}")
+        with _iptables_rules(host, QUEUE_RULES):
+            yield
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=10)[0]
+        print(f"userspace netem on {host}: {out.strip()}")
+
+
+def _has_nfqueue():
+    return _has_iptables() and importlib.util.find_spec("netfilterqueue") is not None
+
+
+@contextlib.contextmanager
 def lossy_link(host, applied=None):
     """5% loss and 20 ms +- 50 ms delay on the host's dadt0 (tc netem, the host's outgoing packets). A
-    kernel without netem (sch_netem) gets 5% loss each way from iptables instead, without the delay."""
+    kernel without netem (sch_netem) gets the same from user space (test/chaos/userspace_netem.py
+    through NFQUEUE); without netfilterqueue, 5% loss each way from iptables, without the delay."""
     applied = applied if applied is not None else []
     netem = ns(host, "tc", "qdisc", "add", "dev", IFACE, "root", *NETEM, check=False)
     if netem.returncode == 0:
@@ -276,6 +306,12 @@ def lossy_link(host, applied=None):
             ns(host, "tc", "qdisc", "del", "dev", IFACE, "root", check=False)
             left = ns(host, "tc", "qdisc", "show", "dev", IFACE, check=False).stdout
             assert "netem" not in left, f"netem left on {host}: {left}"
+        return
+    if _has_nfqueue():
+        applied.append(f"{host}: no netem in this kernel ({netem.stderr.strip()}); iptables NFQUEUE on "
+                       f"OUTPUT -o {IFACE} to userspace_netem.py: 5% loss, 20 ms +- 50 ms delay")
+        with _userspace_netem(host):
+            yield applied
         return
     if not _has_iptables():
         pytest.skip(f"no way to lose packets here: tc netem failed ({netem.stderr.strip()}) and iptables "
