@@ -215,12 +215,14 @@ def stranger_run(job, hosts, phase, repeat):
     ranks' ports; "running": on every port, once every rank is past init()."""
     if (phase, repeat) in _runs:
         return _runs[(phase, repeat)]
-    from conftest import ADDR
+    from conftest import ADDR, worker_env
     host_addr = {}
     for h in hosts:  # which network namespace is which host: the netns of each host's sshd
         with open(f"/run/dadt-netns/sshd_{h}.pid") as f:
             host_addr[os.readlink(f"/proc/{int(f.read())}/ns/net")] = ADDR[h]
-    job.start(CHECKSUM, args=("start" if phase.startswith("start") else "running",))
+    # At debug level every handshake is logged (dadtrun's store, each rank's pairs, rank 0's star).
+    job.start(CHECKSUM, args=("start" if phase.startswith("start") else "running",),
+              env=dict(worker_env(), DADT_LOG_LEVEL="debug"))
     stranger = Stranger(job, host_addr, {"start-launcher": "launcher", "start-ranks": "ranks"}.get(phase, "all"))
     watcher = threading.Thread(target=stranger.run, daemon=True)
     try:
@@ -251,7 +253,9 @@ def test_stranger_leaves_the_job_unchanged(job, hosts, phase, repeat):
     assert sorted(sums) == [("0", "%.1f" % expected_checksum()), ("1", "%.1f" % expected_checksum())], out[-3000:]
 
 
-REFUSAL = re.compile(r"(rendezvous server: (?:closing|refusing) connection from (\d+\.\d+\.\d+\.\d+):\d+.*)$")
+# The warnings only: at debug level the later refusals of an address are logged too, as debug lines.
+REFUSAL = re.compile(r"\[dadt warning\].*(rendezvous server: (?:closing|refusing) connection from "
+                     r"(\d+\.\d+\.\d+\.\d+):\d+.*)$")
 
 
 @pytest.mark.timeout(150)
@@ -265,3 +269,19 @@ def test_stranger_refusals_logged_once_per_peer(job, hosts, repeat):
     noisy = {peer: n for peer, n in per_peer.items() if n > 1}
     assert not noisy, (f"refused connections logged more than once per peer address: {noisy} "
                        f"(dadtrun/rendezvous_server.cc, RendezvousServer::Reject / Drop), e.g. {examples}")
+
+
+@pytest.mark.timeout(150)
+def test_every_connection_the_job_used_proved_the_secret(job, hosts, repeat):
+    """The handshake, in the log of the job the stranger attacked: dadtrun's store heard a proof from
+    every connection it served, each rank's Gloo pair and rank 0's control star were proved before use."""
+    rc, out, err, stranger = stranger_run(job, hosts, "running", repeat)
+    text = out + err
+    store = re.findall(r"rendezvous server: \S+ proved the job secret", text)
+    pairs = set(re.findall(r"\[(\d)\]<stderr>:.*gloo: 1 pair\(s\) of rank (\d) proved the job secret", text))
+    star = re.findall(r"\[0\]<stderr>:.*control channel: 1 rank\(s\) proved the job secret", text)
+    print(f"handshakes logged: store {len(store)}, Gloo pairs {sorted(pairs)}, control star {len(star)}")
+    assert rc == 0
+    assert len(store) >= 2, f"dadtrun's store logged {len(store)} proofs for 2 ranks:\n{err[-3000:]}"
+    assert pairs == {("0", "0"), ("1", "1")}, f"each rank's pair proved: {pairs}\n{text[-3000:]}"
+    assert len(star) == 1, text[-3000:]
