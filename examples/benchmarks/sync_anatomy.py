@@ -6,10 +6,13 @@ allreduce of all gradients as one tensor (docs/benchmarks/log.md, "Where the tar
         --network-interface dadt0 -x DADT_REALTIME_THREADS=1"
 
 A plain script: it starts itself under `dadtrun --gloo` with rank 0 writing a timeline, trains
-peers.py's model of --shape in mode="sync" for --steps steps, and matches each step's
+peers.py's model of --shape (or bench_models.py's many-tensor MLP: 162 tensors of 256 x 256 and
+less) in mode="sync" for --steps steps, and matches each step's
 `model(x)` / `backward()` / `step()` times with the timeline's GLOO_ALLREDUCE spans (read by
 dadt.timeline) of the gradients of at least --large-elements elements (the small ones, biases and the output layer, go
-out at once and do not hold the link). Prints the medians over the steps after --warmup (min .. max).
+out at once and do not hold the link). Prints the medians over the steps after --warmup (min .. max),
+and how many allreduce responses (fused or not: distinct GLOO_ALLREDUCE spans) a step's large
+gradients went out in, and how long one took.
 """
 import argparse
 import json
@@ -21,13 +24,14 @@ import tempfile
 import time
 
 from allreduce_bench import find_dadtrun, worker_environment  # same folder
+import bench_models  # same folder: the many-tensor MLP
 import peers  # same folder: the shapes
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--np", type=int, default=2)
-    p.add_argument("--shape", choices=list(peers.SHAPES), default="comm")
+    p.add_argument("--shape", choices=list(peers.SHAPES) + ["many-tensor"], default="comm")
     p.add_argument("--steps", type=int, default=25)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--large-elements", type=int, default=1 << 18,
@@ -46,7 +50,11 @@ def worker(args):
     import dadt.torch as dadt
     torch.set_num_threads(1)
     dadt.init()
-    model, batch = peers.build(torch, args.shape)
+    if args.shape == "many-tensor":
+        model = bench_models.build(torch, "many-tensor")[0]
+        batch = bench_models.DEFAULT_BATCH["many-tensor"]
+    else:
+        model, batch = peers.build(torch, args.shape)
     sgd = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     w = peers.whole_allreduce_s(torch, dadt, model, name="anatomy.W")
     opt = dadt.DistributedOptimizer(sgd, named_parameters=model.named_parameters(), mode="sync", model=model)
@@ -73,8 +81,9 @@ def worker(args):
 
 def phases(steps, timeline, large, warmup):
     """Per step after `warmup`: (forward, backward start -> first large allreduce, first large
-    allreduce -> last one done, last done -> step end, step), in ms. `large`: the timeline rows
-    (allreduce.grad.<parameter name>, Horovod's row names) of the large gradients."""
+    allreduce -> last one done, last done -> step end, step, responses, median response), in ms but
+    the count of responses (distinct spans: a fused response's tensors share theirs). `large`: the
+    timeline rows (allreduce.grad.<parameter name>, Horovod's row names) of the large gradients."""
     from dadt.timeline.trace import load_trace
     spans = [(s.start_us, s.end_us) for s in load_trace(timeline).spans
              if s.phase == "GLOO_ALLREDUCE" and s.tensor in large]
@@ -83,8 +92,10 @@ def phases(steps, timeline, large, warmup):
         mine = [sp for sp in spans if a <= sp[0] <= end]
         if mine:
             first, last = min(sp[0] for sp in mine), max(sp[1] for sp in mine)
+            responses = sorted(set(mine))
             rows.append(((b - a) / 1e3, (first - b) / 1e3, (last - first) / 1e3, (end - last) / 1e3,
-                         (end - a) / 1e3))
+                         (end - a) / 1e3, len(responses),
+                         statistics.median(e - s for s, e in responses) / 1e3))
     return rows
 
 
@@ -115,7 +126,7 @@ def driver(args):
     print("| --- | ---: | ---: |")
     for i, name in enumerate(["forward", "backward start -> first large allreduce starts",
                               "first large allreduce starts -> last one done", "last done -> step() returns",
-                              "step"]):
+                              "step", "allreduce responses per step (count)", "one response's span"]):
         v = [r[i] for r in rows]
         print("| %s | %.1f | %.1f .. %.1f |" % (name, statistics.median(v), min(v), max(v)))
 
