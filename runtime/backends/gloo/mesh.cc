@@ -95,19 +95,17 @@ int ProvePeers(::gloo::Context& context, const std::string& secret, std::chrono:
   StatusOr<std::string> nonce = auth::NewNonce();
   if (!nonce.ok()) throw ::gloo::Exception(nonce.status().message());
   const std::string mine = std::move(*nonce);
-  std::vector<std::string> theirs(size, std::string(auth::kNonceBytes, '\0'));
-  std::vector<std::string> mine_for(size), proofs(size, std::string(auth::kProofBytes, '\0'));
-  auto exchange = [&](std::vector<std::string>& out, auto outgoing, uint64_t slot) {
+  // Sends outgoing[p] to every peer p and receives its message into incoming[p], on `slot`.
+  auto exchange = [&](std::vector<std::string>& outgoing, std::vector<std::string>& incoming, uint64_t slot) {
     std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> recvs(size), sends(size);
     for (int p = 0; p < size; ++p) {
       if (p == rank) continue;
-      recvs[p] = context.createUnboundBuffer(out[p].data(), out[p].size());
+      recvs[p] = context.createUnboundBuffer(incoming[p].data(), incoming[p].size());
       recvs[p]->recv(p, slot);
     }
     for (int p = 0; p < size; ++p) {
       if (p == rank) continue;
-      std::string& data = outgoing(p);
-      sends[p] = context.createUnboundBuffer(data.data(), data.size());
+      sends[p] = context.createUnboundBuffer(outgoing[p].data(), outgoing[p].size());
       sends[p]->send(p, slot);
     }
     for (int p = 0; p < size; ++p) {
@@ -116,12 +114,13 @@ int ProvePeers(::gloo::Context& context, const std::string& secret, std::chrono:
       sends[p]->waitSend(timeout);
     }
   };
-  std::string nonce_out = mine;
-  exchange(theirs, [&](int) -> std::string& { return nonce_out; }, kNonceSlot);
+  std::vector<std::string> mine_to_all(size, mine), theirs(size, std::string(auth::kNonceBytes, '\0'));
+  exchange(mine_to_all, theirs, kNonceSlot);
+  std::vector<std::string> mine_for(size), proofs(size, std::string(auth::kProofBytes, '\0'));
   for (int p = 0; p < size; ++p) {
     if (p != rank) mine_for[p] = auth::Proof(secret, PairLabel(rank, p), theirs[p], mine);
   }
-  exchange(proofs, [&](int p) -> std::string& { return mine_for[p]; }, kProofSlot);
+  exchange(mine_for, proofs, kProofSlot);
   for (int p = 0; p < size; ++p) {
     if (p != rank && !auth::ProofMatches(proofs[p], auth::Proof(secret, PairLabel(p, rank), mine, theirs[p]))) {
       return p;

@@ -198,6 +198,7 @@ Status TcpControlTransport::Accept(int listen_fd, const std::string& secret,
         continue;
       }
       int peer_rank = -1;
+      std::string welcome;  // the coordinator's proof, for a rank whose hello proved the secret
       if (r > 0) {
         p.inbox.append(buf, static_cast<size_t>(r));
         uint32_t n = 0;
@@ -215,10 +216,9 @@ Status TcpControlTransport::Accept(int listen_fd, const std::string& secret,
           const std::string nonce = hello.substr(4, auth::kNonceBytes);
           const std::string proof = hello.substr(4 + auth::kNonceBytes);
           const int rank = static_cast<int>(std::min<uint32_t>(claimed, static_cast<uint32_t>(size_)));
-          if (rank >= 1 && rank < size_ &&
-              auth::ProofMatches(proof, auth::Proof(secret, HelloLabel(rank), p.challenge, nonce))) {
-            peer_rank = rank;
-            p.challenge = auth::Proof(secret, WelcomeLabel(peer_rank), nonce, p.challenge);  // the welcome
+          if (auth::ProofMatches(proof, auth::Proof(secret, HelloLabel(rank), p.challenge, nonce))) {
+            peer_rank = rank;  // checked against the range below, with the duplicates
+            welcome = auth::Proof(secret, WelcomeLabel(peer_rank), nonce, p.challenge);
           }
         }
       }
@@ -227,7 +227,7 @@ Status TcpControlTransport::Accept(int listen_fd, const std::string& secret,
         if (r > 0) ++refused_;
         continue;
       }
-      if (!SendFrame(p.fd, p.challenge).ok()) {  // the rank went away: it will fail on its side
+      if (!SendFrame(p.fd, welcome).ok()) {  // the rank went away: it will fail on its side
         close(p.fd);
         continue;
       }
