@@ -248,7 +248,7 @@ int GlooBackend::ShmSlot() const {
   return shared_->shm && slot < shared_->shm->slots() ? slot : -1;
 }
 
-bool GlooBackend::ReducesPieces() const { return size_ > 1 && ShmSlot() >= 0; }
+bool GlooBackend::ReducesPieces() const { return size_ > 1; }
 
 Status GlooBackend::AllreducePieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
                                     const AllreduceEpilogue& epilogue) {
@@ -257,7 +257,18 @@ Status GlooBackend::AllreducePieces(const std::vector<AllreducePiece>& pieces, D
   int64_t count = 0;
   for (const AllreducePiece& p : pieces) count += p.count;
   DADT_RETURN_IF_ERROR(CheckReduce(count, dtype, op));
-  return Finish(shared_->shm->AllreducePieces(ShmSlot(), pieces, dtype, op, epilogue, timeout_));
+  if (ShmSlot() >= 0) {
+    return Finish(shared_->shm->AllreducePieces(ShmSlot(), pieces, dtype, op, epilogue, timeout_));
+  }
+  // Refused before any transfer, the same on every rank (the ring applies it mid-way).
+  if (epilogue.scale != 1.0) DADT_RETURN_IF_ERROR(ScaleBuffer(nullptr, 0, dtype, epilogue.scale));
+  if (epilogue.divisor != 1) DADT_RETURN_IF_ERROR(DivideBuffer(nullptr, 0, dtype, epilogue.divisor));
+  if (count == 0) return Status::OK();
+  if (!ring_scratch_) ring_scratch_ = std::make_unique<internal::RingScratch>();
+  return Finish(DADT_GLOO_STATUS("allreduce", {
+    internal::PeerWatchdog::Scope watch(watchdog_);
+    internal::RingAllreducePieces(NextRing(), pieces, dtype, op, epilogue, ring_scratch_.get());
+  }));
 }
 
 Status GlooBackend::Allgatherv(const void* in, void* out,

@@ -4,13 +4,18 @@
 // this header. Each collective maps onto one of Gloo's "new style" collectives:
 //
 //   Allreduce      every rank on this host: through shared memory (shm/shm_allreduce.h; handles
-//                  beyond its slots, or DADT_SHM_ALLREDUCE=0, use the ring), which also reduces
-//                  a fused response's tensors where they lie (AllreducePieces). Otherwise
+//                  beyond its slots, or DADT_SHM_ALLREDUCE=0, use the rings below). Otherwise
 //                  Gloo's ring: reduce-scatter then allgather, pipelined in segments of at most
 //                  1 MiB with two in flight. Bandwidth-optimal (each rank sends 2(n-1)/n of the
 //                  buffer) at the cost of 2(n-1) latency steps, which is why small tensors are
 //                  fused by the core first. float32 Sum uses gloo::sum<float>, exactly what raw
 //                  Gloo uses; every other dtype/op reduces with dadt::ReduceBinary.
+//   AllreducePieces  a response's tensors reduced where they lie, the epilogue included: through
+//                  shared memory as above, or else dadt's ring over the pieces (ring.h,
+//                  RingAllreducePieces): the same reduce-scatter and all-gather in segments of
+//                  DADT_GLOO_SEGMENT_BYTES, each sent from the tensor that holds it and received
+//                  into its output, so a fused response needs no fusion buffer and no copy in or
+//                  out (only a segment that spans tensors is gathered, or scattered, on its own).
 //   Allgatherv     dadt's ring over Gloo's pairs (ring.h): n-1 steps, each rank forwards one block
 //                  per step in segments (DADT_GLOO_SEGMENT_BYTES; default 512 KiB across hosts,
 //                  whole blocks when every rank is on this host), two in flight, each clocked
@@ -63,6 +68,7 @@ namespace internal {
 class BufferRegistry;
 class PeerWatchdog;
 struct RingOptions;
+struct RingScratch;
 }  // namespace internal
 
 class GlooBackend final : public Backend {
@@ -125,6 +131,7 @@ class GlooBackend final : public Backend {
   uint32_t tag_ = 0;
   std::vector<char> scratch_;  // Reducescatter's partial sums, reused between calls
   std::vector<char> landing_;  // Reducescatter's received segments, reused between calls
+  std::unique_ptr<internal::RingScratch> ring_scratch_;  // AllreducePieces' buffers, likewise
 };
 
 }  // namespace gloo

@@ -1,4 +1,5 @@
-// Segmented, receive-clocked ring all-gather and reduce-scatter over Gloo's unbound buffers.
+// Segmented, receive-clocked ring all-gather, reduce-scatter, and allreduce of a fused response's
+// tensors where they lie, over Gloo's unbound buffers.
 //
 // Why not Gloo's own allgatherv (and the alltoallv that the reduce-scatter used before): those
 // hand each peer one message of the whole block. Gloo's TCP pair sizes the socket's send buffer
@@ -39,6 +40,7 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/backends/backend.h"
 #include "runtime/common/types.h"
 
 namespace gloo {
@@ -82,6 +84,29 @@ void RingReducescatter(const RingOptions& options, const char* in, char* out, ch
                        ReduceOp op);
 int64_t RingLandingBytes(const RingOptions& options, const std::vector<int64_t>& counts,
                          DataType dtype);
+
+// Buffers a ring keeps between calls (the backend handle owns one): where received segments land,
+// where segments that span pieces are gathered, and the partial sums of the blocks in transit.
+struct RingScratch {
+  std::vector<char> landing;
+  std::vector<char> staging;
+  std::vector<char> gathered;
+  std::vector<char> partial;
+};
+
+// The allreduce of a fused response's tensors where they lie (Backend::AllreducePieces): the
+// reduce-scatter above, then the all-gather, over the pieces taken as one buffer of their summed
+// counts, cut into n blocks of whole elements (the first total % n blocks one element longer).
+// A segment inside one piece is sent from it, and reduced from it into its output, and in the
+// all-gather received straight into its output: no fusion buffer and no copy in or out. Only a
+// segment that spans pieces is gathered into (or scattered from) a segment-sized buffer, which
+// happens while the segments before it are on the wire. Each rank applies the epilogue to its own
+// block as it finishes it, before sending it on. A piece with no input contributes zeros; one with
+// no output has its result dropped. The epilogue must have been checked for the dtype (ScaleBuffer
+// and DivideBuffer with n = 0) before: a refusal here would leave the peers waiting.
+void RingAllreducePieces(const RingOptions& options, const std::vector<AllreducePiece>& pieces,
+                         DataType dtype, ReduceOp op, const AllreduceEpilogue& epilogue,
+                         RingScratch* scratch);
 
 }  // namespace internal
 }  // namespace gloo

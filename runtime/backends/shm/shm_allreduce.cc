@@ -15,6 +15,7 @@
 #include <cstring>
 #include <random>
 
+#include "runtime/backends/pieces.h"
 #include "runtime/common/reduce.h"
 
 namespace dadt {
@@ -265,31 +266,6 @@ Status ShmAllreduce::WaitAll(int slot, bool reduced, uint64_t seq, Clock::time_p
   }
   return Status::OK();
 }
-
-namespace {
-
-// Where the pieces lie in the buffer they stand for: starts[i] is piece i's first element,
-// starts.back() the total.
-std::vector<int64_t> PieceStarts(const std::vector<AllreducePiece>& pieces) {
-  std::vector<int64_t> starts(pieces.size() + 1, 0);
-  for (size_t i = 0; i < pieces.size(); ++i) starts[i + 1] = starts[i] + pieces[i].count;
-  return starts;
-}
-
-// Calls fn(piece, element offset in the piece, element offset from `lo`, elements) for each
-// piece's share of elements [lo, hi) of the buffer the pieces stand for.
-template <typename Fn>
-void ForEachShare(const std::vector<AllreducePiece>& pieces, const std::vector<int64_t>& starts,
-                  int64_t lo, int64_t hi, Fn fn) {
-  size_t i = std::upper_bound(starts.begin(), starts.end(), lo) - starts.begin() - 1;
-  for (int64_t at = lo; at < hi; ++i) {
-    const int64_t end = std::min(hi, starts[i + 1]);
-    if (end > at) fn(pieces[i], at - starts[i], at - lo, end - at);
-    at = std::max(at, end);
-  }
-}
-
-}  // namespace
 
 Status ShmAllreduce::Allreduce(int slot, void* buf, int64_t count, DataType dtype, ReduceOp op,
                                std::chrono::milliseconds timeout) {

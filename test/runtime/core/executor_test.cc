@@ -63,10 +63,10 @@ TEST_P(ExecutorTest, FusedAllreduceGivesEachTensorItsOwnSum) {
   });
 }
 
-// On one host Gloo reduces a fused response's tensors where they lie, with postscale and Average
-// inside the collective (Backend::AllreducePieces); over its ring they go through the fusion
-// buffer and the core scales afterwards. Both give the same result, in place and out of place
-// (the same bits at 2 ranks; beyond, the ring adds in another order), and every rank the same bits.
+// Gloo reduces a fused response's tensors where they lie, with postscale and Average inside the
+// collective (Backend::AllreducePieces), through shared memory on one host and over its ring
+// otherwise. Both give the same result, in place and out of place (the same bits at 2 ranks;
+// beyond, the ring adds in another order), and every rank the same bits.
 TEST_P(ExecutorTest, FusedAverageHasTheSameBitsInSharedMemoryAndOverTheRing) {
   const int n = size();
   const std::vector<int64_t> counts = {3000, 1, 70000, 0, 513};

@@ -372,7 +372,7 @@ TEST(GlooBackendFailureTest, StalledPeerTimesOut) {
 // do not divide the blocks (and, for the reduce-scatter, are rounded to whole elements), uneven
 // and empty blocks, in place and not. The conformance suite runs the default 1 MiB segments.
 void RunRanksWithSegments(int size, int64_t segment_bytes,
-                          const std::function<void(int, Backend&)>& body) {
+                          const std::function<void(int, Backend&)>& body, bool shm_allreduce = true) {
   InMemoryKeyValueStore store;
   const std::string prefix = testutil::UniqueStorePrefix();
   std::vector<std::thread> threads;
@@ -381,6 +381,7 @@ void RunRanksWithSegments(int size, int64_t segment_bytes,
       BackendOptions o = Options(r, size, &store, milliseconds(20000));
       o.store_prefix = prefix;
       o.segment_bytes = segment_bytes;
+      o.shm_allreduce = shm_allreduce;
       auto b = BackendRegistry::Create("gloo", o);
       ASSERT_TRUE(b.ok()) << b.status().ToString();
       body(r, **b);
@@ -608,6 +609,88 @@ TEST(GlooBackendTest, RealtimeThreadsMakeTheTransportThreadRealtime) {
     for (auto& t : threads) t.join();
     EXPECT_EQ(one[0], 2.0f);
     EXPECT_EQ(one[1], 2.0f);
+  }
+}
+
+
+// A fused allreduce over the ring (no shared memory: as across hosts), its tensors reduced where
+// they lie (Backend::AllreducePieces): pieces of uneven sizes, empty ones, pieces longer than a
+// segment and segments that span several pieces; in place and out of place; a joined rank's
+// pieces (no input: zeros; no output: dropped); the epilogue (postscale, then Average's
+// division). Every rank gets the reference's values, and the same bits.
+TEST(GlooRingTest, AllreducePiecesWhereTheyLie) {
+  const std::vector<int64_t> counts = {5, 0, 300, 1, 77, 0, 1024, 13};
+  for (int n : {2, 3, 4}) {
+    for (int64_t segment : {12, 256, 1 << 20}) {
+      std::vector<std::vector<float>> results(n);
+      RunRanksWithSegments(n, segment, [&, n, segment](int rank, Backend& b) {
+        ASSERT_TRUE(b.ReducesPieces());
+        const std::pair<DataType, ReduceOp> kCases[] = {{DataType::kInt32, ReduceOp::kSum},
+                                                         {DataType::kFloat32, ReduceOp::kMax},
+                                                         {DataType::kFloat64, ReduceOp::kProduct}};
+        for (const auto& [dtype, op] : kCases) {
+          {
+            for (bool in_place : {false, true}) {
+              std::vector<std::vector<char>> in(counts.size()), out(counts.size());
+              std::vector<AllreducePiece> pieces(counts.size());
+              int64_t at = 0;
+              for (size_t t = 0; t < counts.size(); ++t) {
+                in[t] = testutil::Buffer(counts[t], dtype);
+                for (int64_t i = 0; i < counts[t]; ++i) {
+                  testutil::Put(in[t].data(), i, dtype, testutil::Input(rank, at + i, dtype, op));
+                }
+                out[t] = in_place ? in[t] : testutil::Buffer(counts[t], dtype);
+                pieces[t] = {in[t].data(), (in_place ? in[t] : out[t]).data(), counts[t]};
+                at += counts[t];
+              }
+              ASSERT_TRUE(b.AllreducePieces(pieces, dtype, op, AllreduceEpilogue{}).ok());
+              int64_t bad = 0;
+              at = 0;
+              for (size_t t = 0; t < counts.size(); ++t) {
+                const char* got = in_place ? in[t].data() : out[t].data();
+                for (int64_t i = 0; i < counts[t]; ++i) {
+                  bad += testutil::Get(got, i, dtype) != testutil::Expected(n, at + i, dtype, op);
+                }
+                if (!in_place) {  // the input is only read
+                  for (int64_t i = 0; i < counts[t]; ++i) {
+                    bad += testutil::Get(in[t].data(), i, dtype) != testutil::Input(rank, at + i, dtype, op);
+                  }
+                }
+                at += counts[t];
+              }
+              EXPECT_EQ(bad, 0) << n << " ranks, segment " << segment << ", rank " << rank
+                                << (in_place ? ", in place, " : ", out of place, ")
+                                << testutil::Describe(dtype, op, at);
+            }
+          }
+        }
+        // Average of float32 with a postscale, rank 1 joined (no inputs, no outputs): the sum of
+        // the others' values times 0.5, divided by the size, the same bits on every rank.
+        std::vector<std::vector<float>> in(counts.size());
+        std::vector<AllreducePiece> pieces(counts.size());
+        for (size_t t = 0; t < counts.size(); ++t) {
+          for (int64_t i = 0; i < counts[t]; ++i) in[t].push_back(0.1f * static_cast<float>(i % 97) + 1.7f * rank + t);
+          pieces[t] = {in[t].data(), in[t].data(), counts[t]};
+          if (rank == 1) pieces[t] = {nullptr, nullptr, counts[t]};
+        }
+        ASSERT_TRUE(b.AllreducePieces(pieces, DataType::kFloat32, ReduceOp::kSum, AllreduceEpilogue{0.5, n}).ok());
+        if (rank == 1) return;
+        for (size_t t = 0; t < counts.size(); ++t) {
+          for (int64_t i = 0; i < counts[t]; ++i) {
+            float sum = 0;
+            for (int r = 0; r < n; ++r) {
+              if (r != 1) sum += 0.1f * static_cast<float>(i % 97) + 1.7f * r + t;
+            }
+            EXPECT_NEAR(in[t][i], sum * 0.5f / n, 1e-4f) << "rank " << rank << ", piece " << t << ", " << i;
+            results[rank].push_back(in[t][i]);
+          }
+        }
+      }, /*shm_allreduce=*/false);
+      for (int r = 2; r < n; ++r) {
+        EXPECT_EQ(0, std::memcmp(results[0].data(), results[r].data(), results[0].size() * sizeof(float)))
+            << "rank " << r << " of " << n << " has other bits than rank 0";
+      }
+    }
   }
 }
 
