@@ -118,7 +118,8 @@ class Backend {
 
   // True when AllreducePieces can run now: the engine reads the pieces and writes the results in
   // place, so a fused allreduce needs no fusion buffer and no separate pass for the epilogue
-  // (Gloo through shared memory). The answer is the same on every rank and for the handle's life.
+  // (Gloo: through shared memory or its ring; MPI: through shared memory). The answer is the same
+  // on every rank and for the handle's life.
   virtual bool ReducesPieces() const { return false; }
   // The allreduce of the pieces as if they were one buffer (their counts summed, in order), the
   // epilogue applied to the result. Only where ReducesPieces(); Unimplemented otherwise.
