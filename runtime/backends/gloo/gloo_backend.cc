@@ -298,7 +298,6 @@ internal::RingOptions GlooBackend::NextRing() {
   o.tag = NextTag();
   o.timeout = timeout_;
   o.segment_bytes = segment_bytes_;
-  if (const char* w = getenv("EXP_RING_WINDOW")) o.window = atoi(w);  // EXPERIMENT
   return o;
 }
 
