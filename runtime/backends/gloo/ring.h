@@ -56,7 +56,9 @@ namespace internal {
 // all-gathers and reduce-scatters of 4-44 MB at 108-116 MB/s and 512 KiB (or 256 KiB) moved them
 // at 117-120 MB/s; mode="dear" on a 9.4 MB-per-layer MLP then took 266 ms a step against 286 ms
 // (1 MiB: 278 ms), and on the 10 Gbit/s link and smaller layers it was level or faster
-// (docs/benchmarks/log.md, "Segment size of the rings").
+// (docs/benchmarks/log.md, "Segment size of the rings"). The allreduce of the pieces is faster
+// with 4 MiB segments at 10 Gbit/s and slower at 1 Gbit/s, where such a segment is more than the
+// link's queue holds (the log, "Fused tensors reduced where they lie across hosts").
 constexpr int64_t kDefaultSegmentBytes = int64_t{512} << 10;
 // Each block as one segment.
 constexpr int64_t kWholeBlocks = int64_t{1} << 62;
