@@ -267,6 +267,7 @@ void RingAllreducePieces(const RingOptions& o, const std::vector<AllreducePiece>
     partial_buf = o.context->createUnboundBuffer(partial, total * width);
   }
   auto slot_of = [segment, window](int64_t k) { return (k % window) * segment; };
+  auto block_bytes = [&first, width](int j) { return (first[j + 1] - first[j]) * width; };
   // Sends the inputs (or outputs) of elements [lo, lo + bytes / width): from the piece that holds
   // them, or gathered into staging slot k.
   auto send_pieces = [&](bool outputs, uint64_t slot, int64_t lo, int64_t k, int64_t bytes) {
@@ -295,8 +296,8 @@ void RingAllreducePieces(const RingOptions& o, const std::vector<AllreducePiece>
       partial_buf->send(Right(o), scatter_slot, lo * width, bytes);
       return partial_buf.get();
     };
-    Step(o, segment, (first[send_block + 1] - first[send_block]) * width, post_send,
-         (first[recv_block + 1] - first[recv_block]) * width,
+    Step(o, segment, block_bytes(send_block), post_send,
+         block_bytes(recv_block),
          RecvAt(o, scatter_slot, landing_buf.get(), slot_of),
          [&, last, recv_block](int64_t k, int64_t bytes) {
            const int64_t lo = first[recv_block] + k * per;
@@ -323,17 +324,18 @@ void RingAllreducePieces(const RingOptions& o, const std::vector<AllreducePiece>
   for (int s = 0; s < n - 1; ++s) {
     const int send_block = ((rank - s) % n + n) % n;
     const int recv_block = ((rank - s - 1) % n + n) % n;
-    Step(o, segment, (first[send_block + 1] - first[send_block]) * width,
+    Step(o, segment, block_bytes(send_block),
          [&, send_block](int64_t k, int64_t bytes) {
            return send_pieces(true, gather_slot, first[send_block] + k * per, k, bytes);
          },
-         (first[recv_block + 1] - first[recv_block]) * width,
+         block_bytes(recv_block),
          [&, recv_block](int64_t k, int64_t bytes) -> UnboundBuffer* {
            const int64_t lo = first[recv_block] + k * per;
            const int64_t i = buf.Within(lo, bytes / width);
            if (i >= 0) {
-             buf.OutBuffer(i)->recv(Left(o), gather_slot, buf.Offset(i, lo), bytes);
-             return buf.OutBuffer(i);
+             UnboundBuffer* to = buf.OutBuffer(i);
+             to->recv(Left(o), gather_slot, buf.Offset(i, lo), bytes);
+             return to;
            }
            landing_buf->recv(Left(o), gather_slot, slot_of(k), bytes);
            return landing_buf.get();
