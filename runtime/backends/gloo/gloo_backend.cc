@@ -3,8 +3,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <string>
@@ -40,6 +43,15 @@ namespace {
 // How often a running collective checks its peers (see peer_watchdog.h): the longest a dead peer
 // can go unnoticed, against ten cheap probes a second while collectives run.
 constexpr std::chrono::milliseconds kPeerProbeInterval(100);
+
+// The link probe (SizeSegmentsToLink): every rank sends 2 MiB in all per round, in 1 MiB segments
+// (so the probe itself is neither per-segment- nor queue-bound on a fast or a slow link), and the
+// fastest of three rounds counts, the first paying for the connections' slow start. At 1 Gbit/s
+// that costs about 55 ms when the backend connects.
+constexpr int64_t kLinkProbeBytes = int64_t{2} << 20;
+constexpr int64_t kLinkProbeMinBlock = int64_t{64} << 10;
+constexpr int64_t kLinkProbeSegmentBytes = int64_t{1} << 20;
+constexpr int kLinkProbeRounds = 3;
 
 // Gloo's TCP pairs write with writev(2), not send(2) with MSG_NOSIGNAL, so writing to a connection
 // whose peer has died raises SIGPIPE, and its default action kills this process before Gloo can
@@ -101,8 +113,45 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
       new GlooBackend(options, std::move(mesh->context), std::move(registry)));
   if (options.local_size == options.size) {  // even when disabled here: the ranks must agree
     DADT_RETURN_IF_ERROR(backend->SetUpSharedMemory(options));
+  } else if (options.segment_bytes <= 0) {
+    DADT_RETURN_IF_ERROR(backend->SizeSegmentsToLink());
   }
   return std::unique_ptr<Backend>(std::move(backend));
+}
+
+Status GlooBackend::SizeSegmentsToLink() {
+  const int64_t block = std::max(kLinkProbeMinBlock, kLinkProbeBytes / (size_ - 1));
+  const std::vector<int64_t> blocks(size_, block);
+  std::vector<char> buf(static_cast<size_t>(block * size_));
+  double seconds = std::numeric_limits<double>::infinity();
+  Status measured = DADT_GLOO_STATUS("link probe", {
+    internal::PeerWatchdog::Scope watch(watchdog_);
+    for (int round = 0; round < kLinkProbeRounds; ++round) {
+      internal::RingOptions o = NextRing();
+      o.segment_bytes = kLinkProbeSegmentBytes;
+      const auto start = std::chrono::steady_clock::now();
+      internal::RingAllgather(o, buf.data(), blocks);
+      seconds = std::min(
+          seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    // The ring runs at its slowest link's pace: every rank takes the slowest rank's time.
+    ::gloo::AllreduceOptions opts(context_);
+    opts.setTag(NextTag());
+    opts.setTimeout(timeout_);
+    opts.setOutput(&seconds, 1);
+    opts.setReduceFunction(
+        static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::max<double>));
+    ::gloo::allreduce(opts);
+  });
+  if (!measured.ok()) return measured;
+  const double rate = static_cast<double>(block * (size_ - 1)) / seconds;
+  segment_bytes_ = internal::SegmentBytesForLink(rate);
+  if (rank_ == 0) {
+    DADT_LOG(INFO) << "gloo: the ring moved " << static_cast<int64_t>(rate / 1e6)
+                   << " MB/s when it connected; segments of " << (segment_bytes_ >> 10)
+                   << " KiB (DADT_GLOO_SEGMENT_BYTES sets them)";
+  }
+  return Status::OK();
 }
 
 struct GlooBackend::Shared {

@@ -93,6 +93,11 @@ class GlooBackend final : public Backend {
                   uint32_t sequence) override;
   std::unique_ptr<Backend> Fork() override;
 
+  // The rings' segment size in bytes (ring.h): DADT_GLOO_SEGMENT_BYTES when set; else, across
+  // hosts, the size for the link measured at Create (the same on every rank); on one host, each
+  // block whole.
+  int64_t segment_bytes() const { return segment_bytes_; }
+
  private:
   struct Shared;  // what a backend and its forks share: connections, watchdog, failure
 
@@ -104,6 +109,9 @@ class GlooBackend final : public Backend {
   // which every rank keeps only if every rank could (agreed over the rendezvous store), and
   // otherwise logs why not. Fails only when the store does.
   Status SetUpSharedMemory(const BackendOptions& options);
+  // Across hosts, when no segment size was given: times a few ring all-gathers, agrees with the
+  // other ranks on the slowest, and sizes the segments to that rate (SegmentBytesForLink).
+  Status SizeSegmentsToLink();
   // This handle's slot in the shared-memory allreduce, or -1 (not on one host, or beyond its
   // slots): handle k (k = tag_base_ >> 28) has slot k.
   int ShmSlot() const;
@@ -122,7 +130,7 @@ class GlooBackend final : public Backend {
   const int rank_;
   const int size_;
   const std::chrono::milliseconds timeout_;
-  const int64_t segment_bytes_;  // the rings' segment size (ring.h)
+  int64_t segment_bytes_;  // the rings' segment size (ring.h); set before any fork is made
   static constexpr uint32_t kTagMask = (uint32_t{1} << 28) - 1;
   std::shared_ptr<::gloo::Context> context_;  // null when size_ == 1
   std::shared_ptr<Shared> shared_;

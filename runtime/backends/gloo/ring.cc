@@ -1,6 +1,7 @@
 #include "runtime/backends/gloo/ring.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -96,6 +97,18 @@ std::vector<int64_t> Offsets(const std::vector<int64_t>& sizes) {
 }
 
 }  // namespace
+
+int64_t SegmentBytesForLink(double bytes_per_second) {
+  if (!(bytes_per_second > 0) || !std::isfinite(bytes_per_second)) return kDefaultSegmentBytes;
+  const double ideal = bytes_per_second * kSegmentSeconds;
+  int64_t segment = kMinLinkSegmentBytes;
+  // The next power of two is nearer than this one in ratio once the ideal passes its geometric
+  // midpoint, segment * sqrt(2).
+  while (segment < kMaxLinkSegmentBytes && ideal > static_cast<double>(segment) * std::sqrt(2.0)) {
+    segment *= 2;
+  }
+  return segment;
+}
 
 void RingAllgather(const RingOptions& o, char* buf, const std::vector<int64_t>& block_bytes) {
   const int rank = o.context->rank;

@@ -60,6 +60,18 @@ namespace internal {
 // with 4 MiB segments at 10 Gbit/s and slower at 1 Gbit/s, where such a segment is more than the
 // link's queue holds (the log, "Fused tensors reduced where they lie across hosts").
 constexpr int64_t kDefaultSegmentBytes = int64_t{512} << 10;
+// Across hosts the backend measures the link when it connects (unless DADT_GLOO_SEGMENT_BYTES is
+// set) and sizes the segments to it: one segment should be on the wire about kSegmentSeconds,
+// long enough that the per-segment wake-ups vanish beside it, short enough that the pipeline's
+// fill and drain (one segment each way) stay small and the segment fits the link's queues. That
+// picks 512 KiB at 1 Gbit/s and 4 MiB at 10 Gbit/s, the sizes the log found best there.
+constexpr double kSegmentSeconds = 3.5e-3;
+constexpr int64_t kMinLinkSegmentBytes = int64_t{256} << 10;
+constexpr int64_t kMaxLinkSegmentBytes = int64_t{4} << 20;
+// The segment for a link that moves `bytes_per_second` one way: kSegmentSeconds' worth, rounded to
+// the nearest power of two (in ratio) and held within [kMinLinkSegmentBytes,
+// kMaxLinkSegmentBytes]; kDefaultSegmentBytes when the rate is not a positive number.
+int64_t SegmentBytesForLink(double bytes_per_second);
 // Each block as one segment.
 constexpr int64_t kWholeBlocks = int64_t{1} << 62;
 constexpr int kDefaultWindow = 2;

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <fstream>
 #include <numeric>
 #include <set>
@@ -29,7 +30,9 @@
 
 #include "gtest/gtest.h"
 #include "runtime/backends/backend.h"
+#include "runtime/backends/gloo/gloo_backend.h"
 #include "runtime/backends/gloo/gloo_error.h"
+#include "runtime/backends/gloo/ring.h"
 #include "runtime/backends/gloo/store_adapter.h"
 #include "test/runtime/backends/expected_values.h"
 #include "test/runtime/backends/in_memory_kv_store.h"
@@ -391,6 +394,67 @@ void RunRanksWithSegments(int size, int64_t segment_bytes,
     });
   }
   for (auto& t : threads) t.join();
+}
+
+TEST(GlooRingTest, SegmentsFollowTheLinkRate) {
+  using internal::SegmentBytesForLink;
+  constexpr int64_t kKiB = 1024;
+  EXPECT_EQ(SegmentBytesForLink(117e6), 512 * kKiB);    // 1 Gbit/s
+  EXPECT_EQ(SegmentBytesForLink(1170e6), 4096 * kKiB);  // 10 Gbit/s
+  EXPECT_EQ(SegmentBytesForLink(300e6), 1024 * kKiB);   // 1.05 MB a segment's time: 1 MiB
+  EXPECT_EQ(SegmentBytesForLink(1e3), internal::kMinLinkSegmentBytes);
+  EXPECT_EQ(SegmentBytesForLink(1e12), internal::kMaxLinkSegmentBytes);
+  EXPECT_EQ(SegmentBytesForLink(0), internal::kDefaultSegmentBytes);
+  EXPECT_EQ(SegmentBytesForLink(-1), internal::kDefaultSegmentBytes);
+  EXPECT_EQ(SegmentBytesForLink(std::numeric_limits<double>::quiet_NaN()),
+            internal::kDefaultSegmentBytes);
+  EXPECT_EQ(SegmentBytesForLink(std::numeric_limits<double>::infinity()),
+            internal::kDefaultSegmentBytes);
+}
+
+// Across hosts with no segment size given, each rank measures the ring when it connects; every
+// rank must come out with the same segment size, or the rings would cut different segments and
+// hang. A size the user gave is kept as it is, and one host keeps its blocks whole.
+TEST(GlooBackendTest, AcrossHostsEveryRankSizesSegmentsToTheSameLink) {
+  for (int64_t given : {int64_t{0}, int64_t{12345}}) {
+    for (int local_size : {1, 3}) {
+      InMemoryKeyValueStore store;
+      const std::string prefix = testutil::UniqueStorePrefix();
+      std::vector<int64_t> chosen(3, -1);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < 3; ++r) {
+        threads.emplace_back([&, r] {
+          BackendOptions o = Options(r, 3, &store, milliseconds(20000));
+          o.store_prefix = prefix;
+          o.local_size = local_size;
+          o.local_rank = local_size == 1 ? 0 : r;
+          o.segment_bytes = given;
+          o.shm_allreduce = false;
+          o.iface = "lo";
+          auto b = BackendRegistry::Create("gloo", o);
+          ASSERT_TRUE(b.ok()) << b.status().ToString();
+          chosen[r] = dynamic_cast<GlooBackend&>(**b).segment_bytes();
+          std::vector<float> v(1000, static_cast<float>(r + 1));
+          EXPECT_TRUE((*b)->Allreduce(v.data(), 1000, DataType::kFloat32, ReduceOp::kSum).ok());
+          EXPECT_EQ(v[999], 6.0f);
+          EXPECT_TRUE((*b)->Barrier().ok());
+        });
+      }
+      for (auto& t : threads) t.join();
+      SCOPED_TRACE("given " + std::to_string(given) + ", local size " + std::to_string(local_size));
+      EXPECT_EQ(chosen[1], chosen[0]);
+      EXPECT_EQ(chosen[2], chosen[0]);
+      if (given > 0) {
+        EXPECT_EQ(chosen[0], given);
+      } else if (local_size == 3) {
+        EXPECT_EQ(chosen[0], internal::kWholeBlocks);
+      } else {
+        EXPECT_GE(chosen[0], internal::kMinLinkSegmentBytes);
+        EXPECT_LE(chosen[0], internal::kMaxLinkSegmentBytes);
+        EXPECT_EQ(chosen[0] & (chosen[0] - 1), 0) << chosen[0] << " is not a power of two";
+      }
+    }
+  }
 }
 
 TEST(GlooRingTest, AllgathervInManySegments) {
