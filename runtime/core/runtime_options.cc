@@ -37,7 +37,7 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   DADT_ASSIGN_OR_RETURN(o.shm_allreduce, env::GetBool(env::kShmAllreduce, true));
   if (o.segment_bytes < 0) {
     return InvalidArgument(std::string(env::kGlooSegmentBytes) + " must be >= 0 bytes (0: the " +
-                           "default, 2 MiB), got " + std::to_string(o.segment_bytes));
+                           "default: sized to the link), got " + std::to_string(o.segment_bytes));
   }
   DADT_ASSIGN_OR_RETURN(o.gloo_threads, env::GetInt(env::kGlooThreads, env::kDefaultGlooThreads));
   if (o.gloo_threads < 1 || o.gloo_threads > 15) {

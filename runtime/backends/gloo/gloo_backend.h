@@ -17,9 +17,10 @@
 //                  into its output, so a fused response needs no fusion buffer and no copy in or
 //                  out (only a segment that spans tensors is gathered, or scattered, on its own).
 //   Allgatherv     dadt's ring over Gloo's pairs (ring.h): n-1 steps, each rank forwards one block
-//                  per step in segments (DADT_GLOO_SEGMENT_BYTES; default 512 KiB across hosts,
-//                  whole blocks when every rank is on this host), two in flight, each clocked
-//                  by the segment received before it.
+//                  per step in segments (DADT_GLOO_SEGMENT_BYTES; by default, across hosts, sized
+//                  to the link measured at Create (SizeSegmentsToLink), whole blocks when every
+//                  rank is on this host), two in flight, each clocked by the segment received
+//                  before it.
 //   Broadcast      Gloo's binomial tree from `root` (ceil(log2 n) steps, whole buffer per step).
 //   Alltoallv      Gloo's pairwise exchange: all n-1 sends and receives posted at once.
 //   Reducescatter  the same segmented ring (ring.h), reducing each received segment into this

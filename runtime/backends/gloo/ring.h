@@ -19,7 +19,7 @@
 //
 // On one host (loopback) there is no link to keep from queueing, and every segment costs thread
 // wake-ups, so GlooBackend then sends each block as one segment unless DADT_GLOO_SEGMENT_BYTES
-// says otherwise.
+// says otherwise. Across hosts it sizes the segments to the link (SegmentBytesForLink).
 //
 // Ring order (n ranks, right = rank + 1, left = rank - 1, indices mod n), n - 1 steps:
 //   all-gather     step s sends block (rank - s) and receives block (rank - s - 1) in place;
@@ -52,7 +52,7 @@ namespace backends {
 namespace gloo {
 namespace internal {
 
-// 512 KiB segments, two in flight. On a 1 Gbit/s link (tbf, 256 KB burst), 2 MiB segments left
+// Two segments in flight; 512 KiB segments when the link's rate is unknown. On a 1 Gbit/s link (tbf, 256 KB burst), 2 MiB segments left
 // all-gathers and reduce-scatters of 4-44 MB at 108-116 MB/s and 512 KiB (or 256 KiB) moved them
 // at 117-120 MB/s; mode="dear" on a 9.4 MB-per-layer MLP then took 266 ms a step against 286 ms
 // (1 MiB: 278 ms), and on the 10 Gbit/s link and smaller layers it was level or faster
