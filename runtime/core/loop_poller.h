@@ -2,19 +2,23 @@
 //
 // The loop waits on the TensorQueue's eventfd and the control transport's descriptors at once.
 // It wakes for a new entry or message, for the coordinator's next deadline (the cycle time that
-// holds ready tensors for fusion, the stall check), or -- for a transport without descriptors
-// (MPI), which can only be probed -- after the transport's poll interval. Probing sleeps for tens
+// holds ready tensors for fusion, the stall check), for the end of the runtime's hold on new
+// entries (which it then does not watch; see Runtime::RunFromLoop), or -- for a transport without
+// descriptors (MPI), which can only be probed -- after the transport's poll interval. Probing sleeps for tens
 // of microseconds at a time, so the poller also sets the loop thread's timer slack to 1 us (the
 // kernel's default of 50 us would double the negotiation latency).
 // Owned and used by the loop thread only.
 //
 //   LoopPoller poller(queue.wake_fd(), transport.get());           // on the loop thread
-//   if (poller.Wait(deadline, /*immediate=*/false, /*awaiting=*/true)) queue.ClearWake();
+//   if (poller.Wait(deadline, /*immediate=*/false, /*awaiting=*/true, /*watch_queue=*/true)) {
+//     queue.ClearWake();
+//   }
 #pragma once
 
 #include <poll.h>
 
 #include <chrono>
+#include <cstdint>
 #include <vector>
 
 #include "runtime/backends/control_transport.h"
@@ -22,10 +26,10 @@
 namespace dadt {
 namespace core {
 
-// poll()'s timeout for a wait until `deadline`: 0 when `immediate` or the deadline has passed,
-// -1 (forever) for time_point::max(), else the wait rounded up to whole milliseconds.
-int PollTimeoutMs(bool immediate, std::chrono::steady_clock::time_point deadline,
-                  std::chrono::steady_clock::time_point now);
+// The timeout for a wait until `deadline`, in microseconds: 0 when `immediate` or the deadline has
+// passed, -1 (forever) for time_point::max(), else the wait rounded up to whole microseconds.
+int64_t PollTimeoutMicros(bool immediate, std::chrono::steady_clock::time_point deadline,
+                          std::chrono::steady_clock::time_point now);
 
 class LoopPoller {
  public:
@@ -35,14 +39,17 @@ class LoopPoller {
 
   // Sleeps until a descriptor is readable or `deadline` passed (at once when `immediate`); a
   // probed transport wakes the loop after its poll interval, shorter while `awaiting`
-  // (collectives in flight). Returns whether the wake descriptor was readable (the caller
+  // (collectives in flight). Unless `watch_queue`, the wake descriptor is not watched (a signal on
+  // it waits for a later Wait). Returns whether the wake descriptor was readable (the caller
   // clears it).
-  bool Wait(std::chrono::steady_clock::time_point deadline, bool immediate, bool awaiting);
+  bool Wait(std::chrono::steady_clock::time_point deadline, bool immediate, bool awaiting,
+            bool watch_queue);
 
  private:
   backends::ControlTransport* transport_;
   const bool probed_;
-  std::vector<pollfd> fds_;  // [0]: the wake descriptor
+  const int wake_fd_;
+  std::vector<pollfd> fds_;  // [0]: the wake descriptor, or -1 while it is not watched
 };
 
 }  // namespace core

@@ -219,10 +219,22 @@ void Runtime::RunFromLoop() {
   // The first pass does not block: frames that arrived behind the hellos are already buffered.
   bool first_pass = true;
   while (true) {
-    // Step 1: sleep until there is something to do.
+    // Step 1: sleep until there is something to do. While this rank's earlier entries are still
+    // in flight, entries that come within a cycle time of the last drain that found some are held
+    // until the cycle has passed, with the queue unwatched: during backward a gradient comes every
+    // few hundred microseconds, and without the hold each would cost the framework thread a
+    // wake-up write, the loop a wake-up, and (on a worker) a request message of its own, on cores
+    // the training threads need. An entry with nothing of this rank in flight (a lone allreduce,
+    // or the next of a loop that waits for each) goes at once, and the coordinator's fusion
+    // window holds what is ready for up to a cycle anyway.
     const bool immediate = first_pass || (shutdown_requested_ && !shutdown_sent_);
-    const auto deadline = coordinator_ ? coordinator_->NextDeadline() : Clock::time_point::max();
-    if (poller.Wait(deadline, immediate, /*awaiting=*/!entries_.empty())) queue_.ClearWake();
+    auto held = [this](Clock::time_point t) { return !entries_.empty() && t < hold_until_; };
+    const bool holding = !immediate && held(Clock::now());
+    auto deadline = coordinator_ ? coordinator_->NextDeadline() : Clock::time_point::max();
+    if (holding) deadline = std::min(deadline, hold_until_);
+    if (poller.Wait(deadline, immediate, /*awaiting=*/!entries_.empty(), /*watch_queue=*/!holding)) {
+      queue_.ClearWake();
+    }
     first_pass = false;
     if (lanes_) {  // a lane that failed woke us
       Status failed = lanes_->TakeFailure();
@@ -244,15 +256,24 @@ void Runtime::RunFromLoop() {
     }
     if (coordinator_) ApplyFusionParamsFromLoop();
     const auto now = Clock::now();
-    SubmitQueuedFromLoop(now);
+    if (!held(now) || (shutdown_requested_ && !shutdown_sent_)) {
+      if (holding) queue_.ClearWake();  // a signal written while the queue was not watched
+      if (SubmitQueuedFromLoop(now) > 0) hold_until_ = now + HoldFromLoop();
+    }
     if (ExchangeFromLoop(now)) return;
   }
 }
 
-void Runtime::SubmitQueuedFromLoop(Clock::time_point now) {
+std::chrono::microseconds Runtime::HoldFromLoop() const {
+  DADT_DCHECK_ON_LOOP(loop_checker_);
+  return coordinator_ ? coordinator_->cycle_time() : options_.cycle_time();
+}
+
+size_t Runtime::SubmitQueuedFromLoop(Clock::time_point now) {
   DADT_DCHECK_ON_LOOP(loop_checker_);
   const bool traced = events_.enabled();
-  for (TensorEntry& e : queue_.Drain()) {
+  std::vector<TensorEntry> drained = queue_.Drain();
+  for (TensorEntry& e : drained) {
     Request& req = e.request;
     if (traced) {
       const int64_t t = timeline::NowMicros();
@@ -279,6 +300,7 @@ void Runtime::SubmitQueuedFromLoop(Clock::time_point now) {
       negotiator_->RequestShutdown();
     }
   }
+  return drained.size();
 }
 
 bool Runtime::ExchangeFromLoop(Clock::time_point now) {

@@ -13,7 +13,8 @@
 // One loop cycle (RunFromLoop):
 //  1. sleep until an entry, a message, the coordinator's deadline or a probe is due (LoopPoller);
 //  2. drain the TensorQueue: eager payloads attached, requests to the Coordinator (rank 0) or the
-//     WorkerNegotiator's batch, which is sent to rank 0;
+//     WorkerNegotiator's batch, which is sent to rank 0. After a drain that found entries, the
+//     queue is left alone for one cycle time (the hold, see RunFromLoop);
 //  3. read what arrived: rank 0 feeds requests to its Coordinator; a worker handles each
 //     ResponseList (HandleResponsesFromLoop: resends, dispatch, outcome);
 //  4. rank 0 computes what is released, broadcasts it and handles it like any worker.
@@ -131,8 +132,10 @@ class Runtime {
   void LoopMain();
   void RunFromLoop();
   // Step 2: drains the queue into the coordinator or the negotiator's batch; adds a shutdown
-  // request once Shutdown was called.
-  void SubmitQueuedFromLoop(Clock::time_point now);
+  // request once Shutdown was called. Returns how many entries it drained.
+  size_t SubmitQueuedFromLoop(Clock::time_point now);
+  // How long the queue is left alone after a drain that found entries: the cycle time.
+  std::chrono::microseconds HoldFromLoop() const;
   // Steps 2 (sending), 3 and 4. Returns true when the loop must end (shutdown or abort).
   bool ExchangeFromLoop(Clock::time_point now);
   // Returns true when the loop must end (shutdown or abort).
@@ -191,6 +194,7 @@ class Runtime {
 
   std::atomic<bool> shutdown_requested_{false};
   bool shutdown_sent_ = false;
+  Clock::time_point hold_until_{};  // the queue is not drained before then (RunFromLoop)
   std::mutex shutdown_mu_;
   std::thread loop_;
 };

@@ -29,6 +29,9 @@ using ::gloo::transport::UnboundBuffer;
 
 int64_t Segments(int64_t bytes, int64_t segment) { return (bytes + segment - 1) / segment; }
 
+// The ring's block index i, taken mod n into [0, n).
+int BlockAt(int i, int n) { return (i % n + n) % n; }
+
 void Check(bool completed, const char* what) {
   if (!completed) throw ::gloo::IoException(std::string("ring ") + what + " was aborted");
 }
@@ -118,8 +121,8 @@ void RingAllgather(const RingOptions& o, char* buf, const std::vector<int64_t>& 
   const uint64_t slot = ::gloo::Slot::build(kRingAllgatherSlotPrefix, o.tag);
   const int64_t segment = std::max<int64_t>(1, std::min(o.segment_bytes, kWholeBlocks));
   for (int s = 0; s < n - 1; ++s) {
-    const int send_block = ((rank - s) % n + n) % n;
-    const int recv_block = ((rank - s - 1) % n + n) % n;
+    const int send_block = BlockAt(rank - s, n);
+    const int recv_block = BlockAt(rank - s - 1, n);
     const int64_t recv_at = offsets[recv_block];
     Step(o, segment, block_bytes[send_block], SendAt(o, slot, out.get(), offsets[send_block], segment),
          block_bytes[recv_block],
@@ -164,8 +167,8 @@ void RingReducescatter(const RingOptions& o, const char* in, char* out, char* pa
   auto incoming = o.context->createUnboundBuffer(landing, slot_bytes * window);
   const uint64_t slot = ::gloo::Slot::build(kRingReducescatterSlotPrefix, o.tag);
   for (int s = 0; s < n - 1; ++s) {
-    const int send_block = ((rank - s - 1) % n + n) % n;
-    const int recv_block = ((rank - s - 2) % n + n) % n;
+    const int send_block = BlockAt(rank - s - 1, n);
+    const int recv_block = BlockAt(rank - s - 2, n);
     const char* mine = in + offsets[recv_block];
     char* sum = s == n - 2 ? out : partial + offsets[recv_block];  // the last block is ours
     Step(o, segment, block_bytes[send_block],
@@ -202,11 +205,15 @@ class PieceBuffer {
   }
   // Byte offset of element `at` in piece i.
   int64_t Offset(int64_t i, int64_t at) const { return (at - starts_[i]) * width_; }
-  const char* In(int64_t i, int64_t at) const { return static_cast<const char*>(pieces_[i].in) + Offset(i, at); }
-  char* Out(int64_t i, int64_t at) const { return static_cast<char*>(pieces_[i].out) + Offset(i, at); }
   UnboundBuffer* InBuffer(int64_t i) { return Buffer(&inputs_[i], const_cast<void*>(pieces_[i].in), i); }
   UnboundBuffer* OutBuffer(int64_t i) { return Buffer(&outputs_[i], pieces_[i].out, i); }
 
+  // Calls fn(piece, element offset in the piece, element offset from `lo`, elements) for each
+  // piece's share of elements [lo, lo + n).
+  template <typename Fn>
+  void ForEachShareOf(int64_t lo, int64_t n, Fn fn) const {
+    ForEachShare(pieces_, starts_, lo, lo + n, fn);
+  }
   // Copies the inputs (or outputs) of elements [lo, lo + n) to `to`.
   void Gather(bool outputs, int64_t lo, int64_t n, char* to) const {
     ForEachShare(pieces_, starts_, lo, lo + n, [&](const AllreducePiece& p, int64_t from, int64_t at, int64_t k) {
@@ -270,7 +277,6 @@ void RingAllreducePieces(const RingOptions& o, const std::vector<AllreducePiece>
   const int64_t window = std::max(1, o.window);
   char* const landing = Reserve(&scratch->landing, segment * window);
   char* const staging = Reserve(&scratch->staging, segment * window);
-  char* const gathered = Reserve(&scratch->gathered, segment);
   auto landing_buf = o.context->createUnboundBuffer(landing, segment * window);
   auto staging_buf = o.context->createUnboundBuffer(staging, segment * window);
   std::unique_ptr<UnboundBuffer> partial_buf;  // partial sums: only with more than two ranks
@@ -300,8 +306,8 @@ void RingAllreducePieces(const RingOptions& o, const std::vector<AllreducePiece>
   // the last step that block is this rank's own and the sum goes to the outputs.
   const uint64_t scatter_slot = ::gloo::Slot::build(kRingAllreduceScatterSlotPrefix, o.tag);
   for (int s = 0; s < n - 1; ++s) {
-    const int send_block = ((rank - s - 1) % n + n) % n;
-    const int recv_block = ((rank - s - 2) % n + n) % n;
+    const int send_block = BlockAt(rank - s - 1, n);
+    const int recv_block = BlockAt(rank - s - 2, n);
     const bool last = s == n - 2;
     PostSegment post_send = [&, s, send_block](int64_t k, int64_t bytes) -> UnboundBuffer* {
       const int64_t lo = first[send_block] + k * per;
@@ -313,21 +319,20 @@ void RingAllreducePieces(const RingOptions& o, const std::vector<AllreducePiece>
          block_bytes(recv_block),
          RecvAt(o, scatter_slot, landing_buf.get(), slot_of),
          [&, last, recv_block](int64_t k, int64_t bytes) {
+           // Share by share, from the inputs where they lie into the partial sums or the
+           // outputs: a segment that spans pieces costs no copy here.
            const int64_t lo = first[recv_block] + k * per;
-           const int64_t count = bytes / width;
            const char* theirs = landing + slot_of(k);
-           const int64_t i = buf.Within(lo, count);
-           const char* mine = i >= 0 ? buf.In(i, lo) : (buf.Gather(false, lo, count, gathered), gathered);
-           if (!last) {
-             ReduceBinary(partial + lo * width, mine, theirs, count, dtype, op);
-           } else if (i >= 0) {
-             ReduceBinary(buf.Out(i, lo), mine, theirs, count, dtype, op);
-             ApplyEpilogue(buf.Out(i, lo), count, dtype, epilogue);
-           } else {
-             ReduceBinary(gathered, gathered, theirs, count, dtype, op);
-             ApplyEpilogue(gathered, count, dtype, epilogue);
-             buf.Scatter(gathered, lo, count);
-           }
+           buf.ForEachShareOf(lo, bytes / width, [&](const AllreducePiece& p, int64_t from, int64_t at, int64_t count) {
+             const char* mine = static_cast<const char*>(p.in) + from * width;
+             if (!last) {
+               ReduceBinary(partial + (lo + at) * width, mine, theirs + at * width, count, dtype, op);
+               return;
+             }
+             char* sum = static_cast<char*>(p.out) + from * width;
+             ReduceBinary(sum, mine, theirs + at * width, count, dtype, op);
+             ApplyEpilogue(sum, count, dtype, epilogue);
+           });
          });
   }
 
@@ -335,8 +340,8 @@ void RingAllreducePieces(const RingOptions& o, const std::vector<AllreducePiece>
   // block (rank - s - 1) into them (through a landing slot when the segment spans pieces).
   const uint64_t gather_slot = ::gloo::Slot::build(kRingAllreduceGatherSlotPrefix, o.tag);
   for (int s = 0; s < n - 1; ++s) {
-    const int send_block = ((rank - s) % n + n) % n;
-    const int recv_block = ((rank - s - 1) % n + n) % n;
+    const int send_block = BlockAt(rank - s, n);
+    const int recv_block = BlockAt(rank - s - 1, n);
     Step(o, segment, block_bytes(send_block),
          [&, send_block](int64_t k, int64_t bytes) {
            return send_pieces(true, gather_slot, first[send_block] + k * per, k, bytes);

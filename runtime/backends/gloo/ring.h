@@ -100,21 +100,22 @@ int64_t RingLandingBytes(const RingOptions& options, const std::vector<int64_t>&
                          DataType dtype);
 
 // Buffers a ring keeps between calls (the backend handle owns one): where received segments land,
-// where segments that span pieces are gathered, and the partial sums of the blocks in transit.
+// where segments that span pieces are gathered to be sent, and the partial sums of the blocks in
+// transit.
 struct RingScratch {
   std::vector<char> landing;
   std::vector<char> staging;
-  std::vector<char> gathered;
   std::vector<char> partial;
 };
 
 // The allreduce of a fused response's tensors where they lie (Backend::AllreducePieces): the
 // reduce-scatter above, then the all-gather, over the pieces taken as one buffer of their summed
 // counts, cut into n blocks of whole elements (the first total % n blocks one element longer).
-// A segment inside one piece is sent from it, and reduced from it into its output, and in the
-// all-gather received straight into its output: no fusion buffer and no copy in or out. Only a
-// segment that spans pieces is gathered into (or scattered from) a segment-sized buffer, which
-// happens while the segments before it are on the wire. Each rank applies the epilogue to its own
+// A segment inside one piece is sent from it, and in the all-gather received straight into its
+// output; every received segment of the reduce-scatter is reduced share by share from the inputs
+// into the partial sums or the outputs: no fusion buffer and no copy in or out. Only a segment
+// that spans pieces is gathered into a segment-sized buffer to be sent (and, in the all-gather,
+// received into one and scattered), which happens while the segments before it are on the wire. Each rank applies the epilogue to its own
 // block as it finishes it, before sending it on. A piece with no input contributes zeros; one with
 // no output has its result dropped. The epilogue must have been checked for the dtype (ScaleBuffer
 // and DivideBuffer with n = 0) before: a refusal here would leave the peers waiting.

@@ -77,6 +77,7 @@ class Coordinator {
   // Switches the response cache on every rank at the next released list.
   void set_response_cache(bool on) { cache_toggle_ = on ? CacheToggle::kOn : CacheToggle::kOff; }
   void set_cycle_time(std::chrono::microseconds t) { cycle_time_ = t; }
+  std::chrono::microseconds cycle_time() const { return cycle_time_; }
   size_t pending() const { return table_.size(); }
   // Watches for tensors some ranks submitted and others did not (stall_inspector.h); its warnings
   // and shutdowns go out in the ResponseLists that Compute returns. Off until this is called.

@@ -40,16 +40,17 @@ TEST(LoopThreadCheckerDeathTest, DebugBuildsAbortOffTheLoop) {
 }
 #endif
 
-TEST(PollTimeoutTest, RoundsUpToWholeMilliseconds) {
+TEST(PollTimeoutTest, RoundsUpToWholeMicroseconds) {
   using Clock = std::chrono::steady_clock;
   const auto now = Clock::now();
-  EXPECT_EQ(PollTimeoutMs(false, Clock::time_point::max(), now), -1) << "no deadline: forever";
-  EXPECT_EQ(PollTimeoutMs(true, Clock::time_point::max(), now), 0) << "immediate";
-  EXPECT_EQ(PollTimeoutMs(false, now - std::chrono::milliseconds(3), now), 0) << "overdue";
-  EXPECT_EQ(PollTimeoutMs(false, now + std::chrono::microseconds(1), now), 1);
-  EXPECT_EQ(PollTimeoutMs(false, now + std::chrono::microseconds(1000), now), 1);
-  EXPECT_EQ(PollTimeoutMs(false, now + std::chrono::microseconds(1001), now), 2);
-  EXPECT_EQ(PollTimeoutMs(true, now + std::chrono::seconds(5), now), 0);
+  EXPECT_EQ(PollTimeoutMicros(false, Clock::time_point::max(), now), -1) << "no deadline: forever";
+  EXPECT_EQ(PollTimeoutMicros(true, Clock::time_point::max(), now), 0) << "immediate";
+  EXPECT_EQ(PollTimeoutMicros(false, now - std::chrono::milliseconds(3), now), 0) << "overdue";
+  EXPECT_EQ(PollTimeoutMicros(false, now + std::chrono::nanoseconds(1), now), 1);
+  EXPECT_EQ(PollTimeoutMicros(false, now + std::chrono::microseconds(250), now), 250);
+  EXPECT_EQ(PollTimeoutMicros(false, now + std::chrono::nanoseconds(250001), now), 251);
+  EXPECT_EQ(PollTimeoutMicros(false, now + std::chrono::seconds(2), now), 2000000);
+  EXPECT_EQ(PollTimeoutMicros(true, now + std::chrono::seconds(5), now), 0);
 }
 
 }  // namespace
