@@ -15,7 +15,9 @@
 //                  RingAllreducePieces): the same reduce-scatter and all-gather in segments of
 //                  DADT_GLOO_SEGMENT_BYTES, each sent from the tensor that holds it and received
 //                  into its output, so a fused response needs no fusion buffer and no copy in or
-//                  out (only a segment that spans tensors is gathered, or scattered, on its own).
+//                  out (only a segment that spans tensors is gathered to be sent, and scattered
+//                  once received in the all-gather; the reduce-scatter reduces it tensor by
+//                  tensor).
 //   Allgatherv     dadt's ring over Gloo's pairs (ring.h): n-1 steps, each rank forwards one block
 //                  per step in segments (DADT_GLOO_SEGMENT_BYTES; by default, across hosts, sized
 //                  to the link measured at Create (SizeSegmentsToLink), whole blocks when every
