@@ -92,7 +92,10 @@ int dadt_init(const dadt_init_options* options) {
   if (!opts.ok()) return Fail(opts.status());
   if (options) {
     if (options->fusion_threshold_bytes >= 0) opts->fusion_threshold_bytes = options->fusion_threshold_bytes;
-    if (options->cycle_time_ms >= 0) opts->cycle_time_ms = options->cycle_time_ms;
+    if (options->cycle_time_ms >= 0) {
+      opts->cycle_time_ms = options->cycle_time_ms;
+      opts->cycle_time_given = true;
+    }
     if (options->cache_capacity >= 0) opts->cache_capacity = options->cache_capacity;
     if (options->backend) opts->engine_request.executor = options->backend;
     const bool has_comm = options->struct_size >= offsetof(dadt_init_options, mpi_comm) +

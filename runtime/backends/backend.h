@@ -121,6 +121,9 @@ class Backend {
   // (Gloo: through shared memory or its ring; MPI: through shared memory). The answer is the same
   // on every rank and for the handle's life.
   virtual bool ReducesPieces() const { return false; }
+  // One-way bytes a second that the slowest link of the job moved when this backend connected,
+  // for engines that measure it (Gloo across hosts); 0 when not measured.
+  virtual double LinkBytesPerSecond() const { return 0; }
   // The allreduce of the pieces as if they were one buffer (their counts summed, in order), the
   // epilogue applied to the result. Only where ReducesPieces(); Unimplemented otherwise.
   virtual Status AllreducePieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,

@@ -1,5 +1,7 @@
 // RuntimeOptions::FromEnv: the launcher -> worker contract and the tuning knobs (runtime/common/env.h,
 // docs/running.md) read into RuntimeOptions, each junk value refused with a message naming it.
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "runtime/backends/backend.h"
@@ -8,6 +10,13 @@
 
 namespace dadt {
 namespace core {
+
+double RuntimeOptions::CycleTimeMsForLink(double bytes_per_second) {
+  constexpr double kBytesPerSecondPerMs = 160e6;
+  constexpr double kLongestMs = 5.0;
+  if (!(bytes_per_second > 0) || !std::isfinite(bytes_per_second)) return env::kDefaultCycleTimeMs;
+  return std::clamp(bytes_per_second / kBytesPerSecondPerMs, env::kDefaultCycleTimeMs, kLongestMs);
+}
 
 StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   RuntimeOptions o;
@@ -24,6 +33,7 @@ StatusOr<RuntimeOptions> RuntimeOptions::FromEnv() {
   DADT_ASSIGN_OR_RETURN(o.cross_size, env::GetInt(env::kCrossSize, 1));
   DADT_ASSIGN_OR_RETURN(o.fusion_threshold_bytes, env::GetFusionThreshold());
   DADT_ASSIGN_OR_RETURN(o.cycle_time_ms, env::GetDouble(env::kCycleTime, env::kDefaultCycleTimeMs));
+  o.cycle_time_given = env::IsSet(env::kCycleTime);
   DADT_ASSIGN_OR_RETURN(o.cache_capacity, env::GetInt(env::kCacheCapacity, env::kDefaultCacheCapacity));
   DADT_ASSIGN_OR_RETURN(o.eager_threshold_bytes,
                   env::GetInt(env::kEagerThreshold, env::kDefaultEagerThresholdBytes));

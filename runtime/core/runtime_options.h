@@ -24,6 +24,9 @@ namespace core {
 struct RuntimeOptions : JobGeometry {
   int64_t fusion_threshold_bytes = 128LL << 20;
   double cycle_time_ms = 1.0;
+  // The user chose the cycle time (DADT_CYCLE_TIME, or init's cycle_duration_ms). Otherwise it
+  // follows the data plane's link once that is measured (CycleTimeMsForLink).
+  bool cycle_time_given = false;
   int64_t cache_capacity = 1024;
   // Allreduces up to this many bytes travel with their negotiation (eager_reduce.h); 0 disables.
   int64_t eager_threshold_bytes = 32 * 1024;
@@ -71,6 +74,14 @@ struct RuntimeOptions : JobGeometry {
   }
 
   std::chrono::microseconds cycle_time() const { return CycleTimeFromMs(cycle_time_ms); }
+  // The default cycle time over links that move `bytes_per_second` one way: the default 1 ms up
+  // to 160 MB/s, then 1 ms per 160 MB/s, up to 5 ms. Over a link ten times faster the same bytes
+  // go ten times as fast, and the fixed cost of each collective (wake-ups, messages, completions,
+  // on cores the training threads need) then weighs more than waiting a little longer to fuse
+  // more: on the ResNet-50 and 162-tensor benchmarks at 10 Gbit/s a 3-10 ms cycle stepped 8-15%
+  // faster than 1 ms, and at 1 Gbit/s 1 ms was the faster (docs/benchmarks/log.md, "Cycle time
+  // and the link").
+  static double CycleTimeMsForLink(double bytes_per_second);
   static std::chrono::microseconds CycleTimeFromMs(double ms) {
     return std::chrono::microseconds(static_cast<int64_t>(std::llround(ms * 1000)));
   }

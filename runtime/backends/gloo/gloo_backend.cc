@@ -44,7 +44,7 @@ namespace {
 // can go unnoticed, against ten cheap probes a second while collectives run.
 constexpr std::chrono::milliseconds kPeerProbeInterval(100);
 
-// The link probe (SizeSegmentsToLink): every rank sends 2 MiB in all per round, in 1 MiB segments
+// The link probe (MeasureLink): every rank sends 2 MiB in all per round, in 1 MiB segments
 // (so the probe itself is neither per-segment- nor queue-bound on a fast or a slow link), and the
 // fastest of three rounds counts, the first paying for the connections' slow start. At 1 Gbit/s
 // that costs about 55 ms when the backend connects.
@@ -113,13 +113,13 @@ StatusOr<std::unique_ptr<Backend>> GlooBackend::Create(const BackendOptions& opt
       new GlooBackend(options, std::move(mesh->context), std::move(registry)));
   if (options.local_size == options.size) {  // even when disabled here: the ranks must agree
     DADT_RETURN_IF_ERROR(backend->SetUpSharedMemory(options));
-  } else if (options.segment_bytes <= 0) {
-    DADT_RETURN_IF_ERROR(backend->SizeSegmentsToLink());
+  } else {
+    DADT_RETURN_IF_ERROR(backend->MeasureLink(/*keep_segment=*/options.segment_bytes > 0));
   }
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
-Status GlooBackend::SizeSegmentsToLink() {
+Status GlooBackend::MeasureLink(bool keep_segment) {
   const int64_t block = std::max(kLinkProbeMinBlock, kLinkProbeBytes / (size_ - 1));
   const std::vector<int64_t> blocks(size_, block);
   std::vector<char> buf(static_cast<size_t>(block * size_));
@@ -144,12 +144,12 @@ Status GlooBackend::SizeSegmentsToLink() {
     ::gloo::allreduce(opts);
   });
   if (!measured.ok()) return measured;
-  const double rate = static_cast<double>(block * (size_ - 1)) / seconds;
-  segment_bytes_ = internal::SegmentBytesForLink(rate);
+  link_bytes_per_second_ = static_cast<double>(block * (size_ - 1)) / seconds;
+  if (!keep_segment) segment_bytes_ = internal::SegmentBytesForLink(link_bytes_per_second_);
   if (rank_ == 0) {
-    DADT_LOG(INFO) << "gloo: the ring moved " << static_cast<int64_t>(rate / 1e6)
-                   << " MB/s when it connected; segments of " << (segment_bytes_ >> 10)
-                   << " KiB (DADT_GLOO_SEGMENT_BYTES sets them)";
+    DADT_LOG(INFO) << "gloo: the ring moved " << static_cast<int64_t>(link_bytes_per_second_ / 1e6)
+                   << " MB/s when it connected; segments of " << (segment_bytes_ >> 10) << " KiB"
+                   << (keep_segment ? " (DADT_GLOO_SEGMENT_BYTES)" : "");
   }
   return Status::OK();
 }
@@ -205,6 +205,7 @@ GlooBackend::GlooBackend(const GlooBackend& parent, uint32_t tag_base)
       size_(parent.size_),
       timeout_(parent.timeout_),
       segment_bytes_(parent.segment_bytes_),
+      link_bytes_per_second_(parent.link_bytes_per_second_),
       context_(parent.context_),
       shared_(parent.shared_),
       watchdog_(parent.watchdog_),

@@ -20,7 +20,7 @@
 //                  tensor).
 //   Allgatherv     dadt's ring over Gloo's pairs (ring.h): n-1 steps, each rank forwards one block
 //                  per step in segments (DADT_GLOO_SEGMENT_BYTES; by default, across hosts, sized
-//                  to the link measured at Create (SizeSegmentsToLink), whole blocks when every
+//                  to the link measured at Create (MeasureLink), whole blocks when every
 //                  rank is on this host), two in flight, each clocked by the segment received
 //                  before it.
 //   Broadcast      Gloo's binomial tree from `root` (ceil(log2 n) steps, whole buffer per step).
@@ -100,6 +100,7 @@ class GlooBackend final : public Backend {
   // hosts, the size for the link measured at Create (the same on every rank); on one host, each
   // block whole.
   int64_t segment_bytes() const { return segment_bytes_; }
+  double LinkBytesPerSecond() const override { return link_bytes_per_second_; }
 
  private:
   struct Shared;  // what a backend and its forks share: connections, watchdog, failure
@@ -112,9 +113,10 @@ class GlooBackend final : public Backend {
   // which every rank keeps only if every rank could (agreed over the rendezvous store), and
   // otherwise logs why not. Fails only when the store does.
   Status SetUpSharedMemory(const BackendOptions& options);
-  // Across hosts, when no segment size was given: times a few ring all-gathers, agrees with the
-  // other ranks on the slowest, and sizes the segments to that rate (SegmentBytesForLink).
-  Status SizeSegmentsToLink();
+  // Across hosts: times a few ring all-gathers, agrees with the other ranks on the slowest, and
+  // unless a segment size was given (`keep_segment`) sizes the segments to that rate
+  // (SegmentBytesForLink).
+  Status MeasureLink(bool keep_segment);
   // This handle's slot in the shared-memory allreduce, or -1 (not on one host, or beyond its
   // slots): handle k (k = tag_base_ >> 28) has slot k.
   int ShmSlot() const;
@@ -134,6 +136,7 @@ class GlooBackend final : public Backend {
   const int size_;
   const std::chrono::milliseconds timeout_;
   int64_t segment_bytes_;  // the rings' segment size (ring.h); set before any fork is made
+  double link_bytes_per_second_ = 0;  // MeasureLink's rate; 0 on one host
   static constexpr uint32_t kTagMask = (uint32_t{1} << 28) - 1;
   std::shared_ptr<::gloo::Context> context_;  // null when size_ == 1
   std::shared_ptr<Shared> shared_;

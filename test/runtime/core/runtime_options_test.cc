@@ -24,7 +24,7 @@ class ScopedEnv {
 TEST(RuntimeOptionsTest, GlooSegmentBytesDefaultsToTheEngineAndReachesTheOptions) {
   auto defaults = RuntimeOptions::FromEnv();
   ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
-  EXPECT_EQ(defaults->segment_bytes, 0);  // 0: the engine's own default (2 MiB for Gloo)
+  EXPECT_EQ(defaults->segment_bytes, 0);  // 0: the engine's own (Gloo: sized to the link)
 
   ScopedEnv set("DADT_GLOO_SEGMENT_BYTES", "262144");
   auto options = RuntimeOptions::FromEnv();
@@ -42,6 +42,18 @@ void ExpectRefused(const char* name, std::initializer_list<const char*> bad) {
     EXPECT_NE(options.status().message().find(name), std::string::npos)
         << options.status().ToString();
   }
+}
+
+TEST(RuntimeOptionsTest, ACycleTimeInTheEnvironmentCountsAsChosen) {
+  auto defaults = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_FALSE(defaults->cycle_time_given);
+  EXPECT_EQ(defaults->cycle_time_ms, 1.0);
+
+  ScopedEnv set("DADT_CYCLE_TIME", "1");
+  auto options = RuntimeOptions::FromEnv();
+  ASSERT_TRUE(options.ok()) << options.status().ToString();
+  EXPECT_TRUE(options->cycle_time_given);  // even the default's value: kept, not measured
 }
 
 TEST(RuntimeOptionsTest, BadGlooSegmentBytesNameTheVariable) {

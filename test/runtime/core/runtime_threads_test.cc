@@ -10,6 +10,7 @@
 #include <cmath>
 #include <functional>
 #include <thread>
+#include <vector>
 
 #include "test/runtime/core/thread_ranks.h"
 
@@ -209,6 +210,49 @@ TEST_P(RuntimeThreadsTest, AllgatherWithUnevenFirstDimension) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, RuntimeThreadsTest, ::testing::Values(1, 2, 3, 4));
+
+// Across hosts Gloo measures the link when it connects, and a cycle time the user did not choose
+// follows it (RuntimeOptions::CycleTimeMsForLink): every rank must come out with the same one (the
+// coordinator's fusion window and each rank's request hold use it), loopback is fast enough for a
+// longer cycle than the 1 ms default, and a chosen cycle time is kept as it is.
+TEST(RuntimeAcrossHostsTest, TheCycleTimeFollowsTheMeasuredLinkUnlessChosen) {
+  for (bool chosen : {false, true}) {
+    std::vector<double> cycle(2, -1);
+    testing_threads::RunThreadRanks(2, [&](RuntimeOptions& o) {
+      o.local_size = 1;  // as if on two hosts
+      o.local_rank = 0;
+      o.iface = "lo";
+      if (chosen) {
+        o.cycle_time_ms = 2.5;
+        o.cycle_time_given = true;
+      }
+    }, [&](int rank, Runtime& rt) {
+      cycle[rank] = rt.options().cycle_time_ms;
+      std::vector<float> in(1000, static_cast<float>(rank + 1)), out(1000);
+      auto h = rt.Enqueue(Entry(OpType::kAllreduce, "x", in, out));
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      ASSERT_TRUE(rt.handles().Wait(*h).ok());
+      EXPECT_EQ(out[999], 3.0f);
+    });
+    EXPECT_EQ(cycle[1], cycle[0]) << "chosen " << chosen;
+    if (chosen) {
+      EXPECT_EQ(cycle[0], 2.5);
+    } else {
+      EXPECT_GT(cycle[0], 1.0);
+      EXPECT_LE(cycle[0], 5.0);
+    }
+  }
+}
+
+TEST(RuntimeOptionsLinkTest, CycleTimeGrowsWithTheLinkFromOneToFiveMs) {
+  EXPECT_EQ(RuntimeOptions::CycleTimeMsForLink(0), 1.0);
+  EXPECT_EQ(RuntimeOptions::CycleTimeMsForLink(-5), 1.0);
+  EXPECT_EQ(RuntimeOptions::CycleTimeMsForLink(std::nan("")), 1.0);
+  EXPECT_EQ(RuntimeOptions::CycleTimeMsForLink(117e6), 1.0);   // 1 Gbit/s
+  EXPECT_EQ(RuntimeOptions::CycleTimeMsForLink(480e6), 3.0);
+  EXPECT_EQ(RuntimeOptions::CycleTimeMsForLink(1170e6), 5.0);  // 10 Gbit/s
+  EXPECT_EQ(RuntimeOptions::CycleTimeMsForLink(1e12), 5.0);
+}
 
 }  // namespace
 }  // namespace core
