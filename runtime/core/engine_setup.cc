@@ -163,8 +163,9 @@ StatusOr<Engines> ConnectEngines(const RuntimeOptions& requested,
   if (!backend.ok()) return backend.status();
   e.backend = std::move(*backend);
   // Every rank measured the same rate (the slowest link), so every rank picks the same cycle.
-  if (!options.cycle_time_given && e.backend->LinkBytesPerSecond() > 0) {
-    options.cycle_time_ms = RuntimeOptions::CycleTimeMsForLink(e.backend->LinkBytesPerSecond());
+  const double link = e.backend->LinkBytesPerSecond();
+  if (!options.cycle_time_given && link > 0) {
+    options.cycle_time_ms = RuntimeOptions::CycleTimeMsForLink(link);
     if (options.rank == 0) {
       DADT_LOG(INFO) << "cycle time " << options.cycle_time_ms << " ms for the measured link "
                      << "(DADT_CYCLE_TIME sets it)";

@@ -134,16 +134,10 @@ Status GlooBackend::MeasureLink(bool keep_segment) {
       seconds = std::min(
           seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
-    // The ring runs at its slowest link's pace: every rank takes the slowest rank's time.
-    ::gloo::AllreduceOptions opts(context_);
-    opts.setTag(NextTag());
-    opts.setTimeout(timeout_);
-    opts.setOutput(&seconds, 1);
-    opts.setReduceFunction(
-        static_cast<void (*)(void*, const void*, const void*, size_t)>(&::gloo::max<double>));
-    ::gloo::allreduce(opts);
   });
   if (!measured.ok()) return measured;
+  // The ring runs at its slowest link's pace: every rank takes the slowest rank's time.
+  DADT_RETURN_IF_ERROR(Allreduce(&seconds, 1, DataType::kFloat64, ReduceOp::kMax));
   link_bytes_per_second_ = static_cast<double>(block * (size_ - 1)) / seconds;
   if (!keep_segment) segment_bytes_ = internal::SegmentBytesForLink(link_bytes_per_second_);
   if (rank_ == 0) {

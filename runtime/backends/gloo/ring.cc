@@ -216,14 +216,14 @@ class PieceBuffer {
   }
   // Copies the inputs (or outputs) of elements [lo, lo + n) to `to`.
   void Gather(bool outputs, int64_t lo, int64_t n, char* to) const {
-    ForEachShare(pieces_, starts_, lo, lo + n, [&](const AllreducePiece& p, int64_t from, int64_t at, int64_t k) {
+    ForEachShareOf(lo, n, [&](const AllreducePiece& p, int64_t from, int64_t at, int64_t k) {
       const void* src = outputs ? p.out : p.in;
       std::memcpy(to + at * width_, static_cast<const char*>(src) + from * width_, k * width_);
     });
   }
   // Copies `from` to the outputs of elements [lo, lo + n).
   void Scatter(const char* from, int64_t lo, int64_t n) const {
-    ForEachShare(pieces_, starts_, lo, lo + n, [&](const AllreducePiece& p, int64_t to, int64_t at, int64_t k) {
+    ForEachShareOf(lo, n, [&](const AllreducePiece& p, int64_t to, int64_t at, int64_t k) {
       std::memcpy(static_cast<char*>(p.out) + to * width_, from + at * width_, k * width_);
     });
   }
