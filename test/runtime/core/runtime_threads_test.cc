@@ -213,8 +213,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, RuntimeThreadsTest, ::testing::Values(1, 2, 3, 4
 
 // Across hosts Gloo measures the link when it connects, and a cycle time the user did not choose
 // follows it (RuntimeOptions::CycleTimeMsForLink): every rank must come out with the same one (the
-// coordinator's fusion window and each rank's request hold use it), loopback is fast enough for a
-// longer cycle than the 1 ms default, and a chosen cycle time is kept as it is.
+// coordinator's fusion window and each rank's request hold use it), a starting value the rule never
+// gives (7 ms) must be replaced by one in its 1-5 ms range whatever rate loopback shows under load
+// or a sanitizer, and a chosen cycle time is kept as it is.
 TEST(RuntimeAcrossHostsTest, TheCycleTimeFollowsTheMeasuredLinkUnlessChosen) {
   for (bool chosen : {false, true}) {
     std::vector<double> cycle(2, -1);
@@ -222,10 +223,8 @@ TEST(RuntimeAcrossHostsTest, TheCycleTimeFollowsTheMeasuredLinkUnlessChosen) {
       o.local_size = 1;  // as if on two hosts
       o.local_rank = 0;
       o.iface = "lo";
-      if (chosen) {
-        o.cycle_time_ms = 2.5;
-        o.cycle_time_given = true;
-      }
+      o.cycle_time_ms = chosen ? 2.5 : 7.0;
+      o.cycle_time_given = chosen;
     }, [&](int rank, Runtime& rt) {
       cycle[rank] = rt.options().cycle_time_ms;
       std::vector<float> in(1000, static_cast<float>(rank + 1)), out(1000);
@@ -238,7 +237,7 @@ TEST(RuntimeAcrossHostsTest, TheCycleTimeFollowsTheMeasuredLinkUnlessChosen) {
     if (chosen) {
       EXPECT_EQ(cycle[0], 2.5);
     } else {
-      EXPECT_GT(cycle[0], 1.0);
+      EXPECT_GE(cycle[0], 1.0);
       EXPECT_LE(cycle[0], 5.0);
     }
   }
