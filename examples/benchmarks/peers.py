@@ -160,17 +160,26 @@ def phase_times(torch, model, x, y, reps=5, loss_of=None):
             "grad_ready": ready}
 
 
-def whole_allreduce_s(torch, dadt, model, name="peers.W"):
-    """W: the median time of one allreduce of every gradient of `model`, as one tensor, through
-    dadt (5 timed after one warm-up, each started together by a barrier)."""
+def whole_allreduce(torch, dadt, model, name="peers.W"):
+    """W and what it costs the rank: {"allreduce_s": the median time of one allreduce of every
+    gradient of `model`, as one tensor, through dadt; "allreduce_cpu_s": the median CPU time (user
+    and system, every thread of this process) of the same allreduce}, 5 timed after one warm-up,
+    each started together by a barrier. Kernel work that lands on another process (a veth peer's
+    receive) is not in the CPU figure."""
     grads = torch.zeros(sum(p.numel() for p in model.parameters()))
-    walls = []
+    walls, cpus = [], []
     for _ in range(6):
         dadt.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         dadt.allreduce_(grads, name=name)
         walls.append(time.perf_counter() - t0)
-    return statistics.median(walls[1:])
+        cpus.append(time.process_time() - c0)
+    return {"allreduce_s": statistics.median(walls[1:]), "allreduce_cpu_s": statistics.median(cpus[1:])}
+
+
+def whole_allreduce_s(torch, dadt, model, name="peers.W"):
+    """W alone (whole_allreduce's "allreduce_s")."""
+    return whole_allreduce(torch, dadt, model, name)["allreduce_s"]
 
 
 def timed_chunks(args, steps, drain, barrier, samples_per_step):

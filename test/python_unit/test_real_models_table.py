@@ -1,7 +1,7 @@
 """examples/benchmarks/real_models.py and bench_models.py: the models' shapes (parameter and tensor
 counts of torchvision's ResNet-50/101 and the reference BERT-Base pre-training model, built here
 without training), and the table re-printed from a saved run (--from-json): ratios within each
-round, the spread, the synchronous floor, the overlap bounds and how far a synchronous step could
+round, the spread, the synchronous floor, the overlap bounds, the CPU floor and how far a synchronous step could
 lead DDP and Horovod. Plain pytest: nothing is launched."""
 
 import json
@@ -71,16 +71,20 @@ F, B, W, C = 0.100, 0.200, 0.400, 0.050
 # Backward makes 10 bytes at 10 ms and 390 at 150 ms: the last byte is through at 150 ms +
 # 390/400 of W = 540 ms at the earliest, so the synchronous floor is F + 540 ms = 640 ms.
 READY, FLOOR = [[0.010, 10], [0.150, 390]], 0.640
+# W's CPU time on a rank: with it, no step is shorter than F + B + 350 ms = 650 ms (the CPU floor).
+WC, CPU_FLOOR = 0.350, 0.650
 
 
-def _launch(rates, phases=False):
+def _launch(rates, phases=False, cpu=False):
     result = {"samples_per_sec": rates, "size": 2, "params": 25_557_032, "tensors": 161, "batch": 2}
     if phases:
         result.update(forward_s=F, backward_s=B, allreduce_s=W, grad_ready=READY, dear_chain_s=C)
+        if cpu:
+            result["allreduce_cpu_s"] = WC
     return result
 
 
-def _saved(tmp_path, contenders=None):
+def _saved(tmp_path, contenders=None, cpu=False):
     rounds = []
     # Round k: horovod 4 / 5 / 3.2 (so sync / horovod is 1.25, 1.0, 1.5625); sync 5 (a 0.8 s step).
     for hvd in (4.0, 5.0, 3.2):
@@ -88,9 +92,9 @@ def _saved(tmp_path, contenders=None):
             "ddp": _launch([4.0, 3.0, 5.0]),
             "ddp-tuned": _launch([4.4] * 3),
             "horovod": _launch([hvd] * 3),
-            "sync": _launch([5.0] * 3, phases=True),
-            "async": _launch([6.0] * 3, phases=True),
-            "dear": _launch([5.5] * 3, phases=True),
+            "sync": _launch([5.0] * 3, phases=True, cpu=cpu),
+            "async": _launch([6.0] * 3, phases=True, cpu=cpu),
+            "dear": _launch([5.5] * 3, phases=True, cpu=cpu),
         }
         rounds.append({c: r for c, r in launches.items() if contenders is None or c in contenders})
     path = tmp_path / "run.json"
@@ -110,7 +114,7 @@ def _rows(out):
     rows = {}
     for line in out.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if line.startswith("| ") and cells[0] not in ("contender", "---") and len(cells) == 8:
+        if line.startswith("| ") and cells[0] not in ("contender", "---") and len(cells) == 9:
             rows[cells[0].split()[0]] = cells
     return rows
 
@@ -141,11 +145,31 @@ def test_from_json_reprints_the_table_with_ratios_and_bounds(tmp_path):
     assert rows["async"][7] == "2.00x"
     assert rows["dear"][7] == "%.2fx" % (0.8 / (W + C))
     assert rows["ddp"][7] == rows["horovod"][7] == "-"
+    # A run saved before W's CPU time was measured: no CPU floor, no CPU bounds.
+    assert "CPU floor" not in out and all(row[8] == "-" for row in rows.values())
     # DDP's and Horovod's 1 s steps, DDP tuned's 4 / 4.4 s: how far a synchronous step could lead.
     for who, ms in (("DDP", 1000.0), ("DDP tuned", 4 / 4.4 * 1e3), ("Horovod", 1000.0)):
         m = re.search(r"^%s's step ([\d.]+) ms: a synchronous step could lead it by ([\d.]+)x at most$" % who,
                       out, re.M)
         assert m and m.groups() == ("%.1f" % ms, "%.2f" % (ms / 1e3 / FLOOR)), out
+
+
+def test_the_cpu_floor_adds_what_the_allreduce_costs_a_rank_to_f_and_b(tmp_path):
+    rc, out = _run("--from-json", str(_saved(tmp_path, cpu=True)))
+    assert rc == 0, out
+    assert ("W costs each rank 350.0 ms of CPU (every thread of the process); if a rank has one core, "
+            "compute and communication share it and no step is shorter than F + B + that: 650.0 ms "
+            "(the CPU floor)") in out
+    rows = _rows(out)
+    # Over sync's 0.8 s step, every mode's CPU bound is the CPU floor here (F + B + WC = 0.65 s is
+    # above the synchronous floor, W and dear's chain); the wire-only bounds are unchanged.
+    for mode in ("sync", "async", "dear"):
+        assert rows[mode][8] == "%.2fx" % (0.8 / CPU_FLOOR) == "1.23x"
+    assert rows["async"][7] == "2.00x"
+    assert rows["ddp"][8] == rows["horovod"][8] == "-"
+    m = re.search(r"^DDP's step 1000.0 ms: a synchronous step could lead it by ([\d.]+)x at most "
+                  r"\(([\d.]+)x over the CPU floor\)$", out, re.M)
+    assert m and m.groups() == ("%.2f" % (1 / FLOOR), "%.2f" % (1 / CPU_FLOOR)), out
 
 
 def test_from_json_without_the_peers_leaves_their_columns_empty(tmp_path):
