@@ -2,12 +2,15 @@
 
     python examples/benchmarks/autotune_bench.py            # full run, a few minutes on 2 cores
     python examples/benchmarks/autotune_bench.py --quick    # smaller grid, fewer rounds
+    python examples/benchmarks/autotune_bench.py --model many-tensor   # a bench_models.py model
 
 Run as a plain script, it launches itself ONCE under `dadtrun --gloo -np 2 --autotune` and every
 measurement happens inside that one job, so all settings share the same processes, memory and
 machine load. The job trains a fixed synthetic workload (worker mode, --worker): an MLP of many
 small Linear layers (see LAYERS; most gradients 64-256 KiB, so the per-collective cost and thus
-fusion and cycle time matter), synthetic data, SGD wrapped in dadt.torch.DistributedOptimizer,
+fusion and cycle time matter), or with --model one of real_models.py's models (bench_models.py:
+many-tensor, resnet50, resnet101, bert-base, comm) at --batch per rank, synthetic data, SGD
+wrapped in dadt.torch.DistributedOptimizer,
 torch.set_num_threads(1), fixed seeds. It does, in order:
 
   1. Tuning: trains until the autotuner has settled (rank 0 sees the `best` row of its CSV log;
@@ -47,6 +50,7 @@ import sys
 import tempfile
 import time
 
+import bench_models  # same folder
 from allreduce_bench import find_dadtrun  # same folder: one launcher lookup for both benchmarks
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,6 +70,9 @@ def parse_args(argv=None):
     p.add_argument("--plot", default=os.path.join(REPO, "docs", "images", "autotune_search.png"),
                    help="where to save the search plot (default docs/images/autotune_search.png)")
     p.add_argument("--np", type=int, default=2, help="ranks (default 2)")
+    p.add_argument("--model", choices=list(bench_models.MODELS), default=None,
+                   help="train this bench_models.py model instead of the LAYERS MLP")
+    p.add_argument("--batch", type=int, default=BATCH, help="batch per rank (default %d)" % BATCH)
     p.add_argument("--rounds", type=int, default=None, help="grid rounds (5; quick 2)")
     p.add_argument("--head-to-head", type=int, default=None,
                    help="head-to-head rounds of best grid point, autotune, default (24; quick 6)")
@@ -124,25 +131,30 @@ def worker(args):
     import dadt.torch as dt
 
     torch.set_num_threads(1)
-    torch.manual_seed(1234)
     dt.init()
-    layers = []
-    for i in range(len(LAYERS) - 1):
-        layers.append(torch.nn.Linear(LAYERS[i], LAYERS[i + 1]))
-        if i < len(LAYERS) - 2:
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers)
+    if args.model:
+        model, make_batch, loss_of = bench_models.build(torch, args.model)
+        inputs, targets = make_batch(args.batch, torch.Generator().manual_seed(42 + dt.rank()))
+        loss = lambda: loss_of(model(*inputs), targets)  # noqa: E731
+    else:
+        torch.manual_seed(1234)
+        layers = []
+        for i in range(len(LAYERS) - 1):
+            layers.append(torch.nn.Linear(LAYERS[i], LAYERS[i + 1]))
+            if i < len(LAYERS) - 2:
+                layers.append(torch.nn.ReLU())
+        model = torch.nn.Sequential(*layers)
+        g = torch.Generator().manual_seed(42 + dt.rank())
+        x = torch.randn(args.batch, LAYERS[0], generator=g)
+        y = torch.randint(0, LAYERS[-1], (args.batch,), generator=g)
+        loss = lambda: torch.nn.functional.cross_entropy(model(x), y)  # noqa: E731
     dt.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = dt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.001),
                                   named_parameters=model.named_parameters())
-    g = torch.Generator().manual_seed(42 + dt.rank())
-    x = torch.randn(BATCH, LAYERS[0], generator=g)
-    y = torch.randint(0, LAYERS[-1], (BATCH,), generator=g)
-    loss_fn = torch.nn.CrossEntropyLoss()
 
     def step():
         opt.zero_grad()
-        loss_fn(model(x), y).backward()
+        loss().backward()
         opt.step()
 
     # 1. Tuning: train until rank 0 sees the tuner's `best` row; every rank agrees by allreduce.
@@ -175,7 +187,7 @@ def worker(args):
             t = time.perf_counter()
             step()
             times.append(time.perf_counter() - t)
-        return dt.size() * BATCH / statistics.median(times)
+        return dt.size() * args.batch / statistics.median(times)
 
     # 2. Grid rounds: every setting once per round, in a fresh shuffled order per round.
     per_round = {label: [] for label, _, _ in settings}
@@ -303,7 +315,8 @@ def driver(args):
     flags = tune_flags(args, csv_path)
     cmd = [dadtrun, "--gloo", "-np", str(args.np), *flags, sys.executable, os.path.abspath(__file__),
            "--worker", "--result", result_path, "--tune-log", csv_path, "--rounds", str(args.rounds),
-           "--head-to-head", str(args.head_to_head), "--settle-steps", str(args.settle_steps), "--timed-steps", str(args.timed_steps)]
+           "--head-to-head", str(args.head_to_head), "--settle-steps", str(args.settle_steps), "--timed-steps", str(args.timed_steps),
+           "--batch", str(args.batch)] + (["--model", args.model] if args.model else [])
     if args.quick:
         cmd.append("--quick")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DADT_")}  # only our flags count
@@ -331,8 +344,9 @@ def driver(args):
 
     print(f"## autotune_bench ({'quick' if args.quick else 'full'})\n")
     sizes = result["tensor_bytes"]
-    print(f"Workload: {len(LAYERS) - 1}-layer MLP, {result['params']:,} parameters in {result['tensors']} "
-          f"gradient tensors ({sizes[0]:,} B .. {sizes[-1] // 1024} KiB), batch {BATCH} per rank, "
+    what = f"bench_models.py's {args.model}" if args.model else f"{len(LAYERS) - 1}-layer MLP"
+    print(f"Workload: {what}, {result['params']:,} parameters in {result['tensors']} "
+          f"gradient tensors ({sizes[0]:,} B .. {sizes[-1] // 1024} KiB), batch {args.batch} per rank, "
           f"`dadtrun --gloo -np {result['np']}`, SGD, 1 thread per rank, one job (wall time {wall:.0f} s).")
     shown = ' '.join(f for f in flags if f != csv_path).replace('--autotune-log-file', '--autotune-log-file F.csv')
     print(f"Tuning: `{shown}`: settled after {result['tune_steps']} steps ({result['tune_seconds']:.0f} s). "
