@@ -134,27 +134,23 @@ def worker(args):
     dt.init()
     if args.model:
         model, make_batch, loss_of = bench_models.build(torch, args.model)
-        inputs, targets = make_batch(args.batch, torch.Generator().manual_seed(42 + dt.rank()))
-        loss = lambda: loss_of(model(*inputs), targets)  # noqa: E731
-    else:
+    else:  # the LAYERS MLP, with bench_models.py's MLP data and loss
         torch.manual_seed(1234)
         layers = []
         for i in range(len(LAYERS) - 1):
             layers.append(torch.nn.Linear(LAYERS[i], LAYERS[i + 1]))
             if i < len(LAYERS) - 2:
                 layers.append(torch.nn.ReLU())
-        model = torch.nn.Sequential(*layers)
-        g = torch.Generator().manual_seed(42 + dt.rank())
-        x = torch.randn(args.batch, LAYERS[0], generator=g)
-        y = torch.randint(0, LAYERS[-1], (args.batch,), generator=g)
-        loss = lambda: torch.nn.functional.cross_entropy(model(x), y)  # noqa: E731
+        model, make_batch, loss_of = bench_models._mlp_data(torch, torch.nn.Sequential(*layers),
+                                                            LAYERS[0], LAYERS[-1])
+    inputs, targets = make_batch(args.batch, torch.Generator().manual_seed(42 + dt.rank()))
     dt.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = dt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.001),
                                   named_parameters=model.named_parameters())
 
     def step():
         opt.zero_grad()
-        loss().backward()
+        loss_of(model(*inputs), targets).backward()
         opt.step()
 
     # 1. Tuning: train until rank 0 sees the tuner's `best` row; every rank agrees by allreduce.
