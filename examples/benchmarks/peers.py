@@ -177,6 +177,41 @@ def whole_allreduce(torch, dadt, model, name="peers.W"):
     return {"allreduce_s": statistics.median(walls[1:]), "allreduce_cpu_s": statistics.median(cpus[1:])}
 
 
+def overlapped_step(torch, dadt, model, loss_of, reps=3, name="peers.P"):
+    """What perfect overlap gives on this machine: {"compute_s": C, one step's computation alone
+    (forward, backward of loss_of(model), and SGD with momentum over every parameter: the
+    optimizer's update, which the F and B of phase_times leave out); "overlap_step_s": P, the same
+    computation run while one allreduce of all the gradients (as W) is in flight in dadt's
+    background thread, to its end}. Medians of `reps` after a warm-up, the two alternated, each
+    started together by a barrier. P is what a step that overlaps all its communication with all
+    its computation takes here, with the CPU the allreduce costs (its reductions, copies and
+    sockets' system time), the cache and memory traffic both make, and the switches between the
+    threads; where a rank has one core, that is much more than max(C, W). It changes the model's
+    weights (call it before the parameters are broadcast)."""
+    grads = torch.zeros(sum(p.numel() for p in model.parameters()))
+    sgd = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def compute():
+        model.zero_grad()
+        loss_of(model).backward()
+        sgd.step()
+
+    alone, both = [], []
+    for _ in range(reps + 1):
+        dadt.barrier()
+        t0 = time.perf_counter()
+        compute()
+        alone.append(time.perf_counter() - t0)
+        dadt.barrier()
+        t0 = time.perf_counter()
+        handle = dadt.allreduce_async_(grads, name=name)
+        compute()
+        dadt.synchronize(handle)
+        both.append(time.perf_counter() - t0)
+    model.zero_grad()
+    return {"compute_s": statistics.median(alone[1:]), "overlap_step_s": statistics.median(both[1:])}
+
+
 def whole_allreduce_s(torch, dadt, model, name="peers.W"):
     """W alone (whole_allreduce's "allreduce_s")."""
     return whole_allreduce(torch, dadt, model, name)["allreduce_s"]

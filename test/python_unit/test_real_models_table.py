@@ -73,18 +73,22 @@ F, B, W, C = 0.100, 0.200, 0.400, 0.050
 READY, FLOOR = [[0.010, 10], [0.150, 390]], 0.640
 # W's CPU time on a rank: with it, no step is shorter than F + B + 350 ms = 650 ms (the CPU floor).
 WC, CPU_FLOOR = 0.350, 0.650
+# The step's computation with the optimizer's update, alone (COMPUTE) and with W in flight (P).
+COMPUTE, P = 0.380, 0.700
 
 
-def _launch(rates, phases=False, cpu=False):
+def _launch(rates, phases=False, cpu=False, overlap=False):
     result = {"samples_per_sec": rates, "size": 2, "params": 25_557_032, "tensors": 161, "batch": 2}
     if phases:
         result.update(forward_s=F, backward_s=B, allreduce_s=W, grad_ready=READY, dear_chain_s=C)
         if cpu:
             result["allreduce_cpu_s"] = WC
+        if overlap:
+            result.update(compute_s=COMPUTE, overlap_step_s=P)
     return result
 
 
-def _saved(tmp_path, contenders=None, cpu=False):
+def _saved(tmp_path, contenders=None, cpu=False, overlap=False):
     rounds = []
     # Round k: horovod 4 / 5 / 3.2 (so sync / horovod is 1.25, 1.0, 1.5625); sync 5 (a 0.8 s step).
     for hvd in (4.0, 5.0, 3.2):
@@ -92,9 +96,9 @@ def _saved(tmp_path, contenders=None, cpu=False):
             "ddp": _launch([4.0, 3.0, 5.0]),
             "ddp-tuned": _launch([4.4] * 3),
             "horovod": _launch([hvd] * 3),
-            "sync": _launch([5.0] * 3, phases=True, cpu=cpu),
-            "async": _launch([6.0] * 3, phases=True, cpu=cpu),
-            "dear": _launch([5.5] * 3, phases=True, cpu=cpu),
+            "sync": _launch([5.0] * 3, phases=True, cpu=cpu, overlap=overlap),
+            "async": _launch([6.0] * 3, phases=True, cpu=cpu, overlap=overlap),
+            "dear": _launch([5.5] * 3, phases=True, cpu=cpu, overlap=overlap),
         }
         rounds.append({c: r for c, r in launches.items() if contenders is None or c in contenders})
     path = tmp_path / "run.json"
@@ -146,7 +150,8 @@ def test_from_json_reprints_the_table_with_ratios_and_bounds(tmp_path):
     assert rows["dear"][7] == "%.2fx" % (0.8 / (W + C))
     assert rows["ddp"][7] == rows["horovod"][7] == "-"
     # A run saved before W's CPU time was measured: no CPU floor, no CPU bounds.
-    assert "CPU floor" not in out and all(row[8] == "-" for row in rows.values())
+    assert "CPU floor" not in out and "overlap floor" not in out
+    assert all(row[8] == "-" for row in rows.values())
     # DDP's and Horovod's 1 s steps, DDP tuned's 4 / 4.4 s: how far a synchronous step could lead.
     for who, ms in (("DDP", 1000.0), ("DDP tuned", 4 / 4.4 * 1e3), ("Horovod", 1000.0)):
         m = re.search(r"^%s's step ([\d.]+) ms: a synchronous step could lead it by ([\d.]+)x at most$" % who,
@@ -170,6 +175,23 @@ def test_the_cpu_floor_adds_what_the_allreduce_costs_a_rank_to_f_and_b(tmp_path)
     m = re.search(r"^DDP's step 1000.0 ms: a synchronous step could lead it by ([\d.]+)x at most "
                   r"\(([\d.]+)x over the CPU floor\)$", out, re.M)
     assert m and m.groups() == ("%.2f" % (1 / FLOOR), "%.2f" % (1 / CPU_FLOOR)), out
+
+
+def test_the_overlap_floor_is_the_step_computed_while_the_allreduce_is_in_flight(tmp_path):
+    rc, out = _run("--from-json", str(_saved(tmp_path, cpu=True, overlap=True)))
+    assert rc == 0, out
+    assert ("C (forward, backward and the optimizer's update, alone) 380.0 ms; P (the same while one "
+            "allreduce of all gradients is in flight) 700.0 ms: no step of any mode, however it "
+            "overlaps, is shorter here (the overlap floor)") in out
+    rows = _rows(out)
+    # P (0.7 s) is above the CPU floor (0.65 s) and every wire bound: each mode's machine bound
+    # over sync's 0.8 s step is P's; the wire-only bounds stay.
+    for mode in ("sync", "async", "dear"):
+        assert rows[mode][8] == "%.2fx" % (0.8 / P) == "1.14x"
+    assert rows["sync"][7] == "1.25x" and rows["async"][7] == "2.00x"
+    m = re.search(r"^Horovod's step 1000.0 ms: a synchronous step could lead it by ([\d.]+)x at most "
+                  r"\(([\d.]+)x over the overlap floor\)$", out, re.M)
+    assert m and m.groups() == ("%.2f" % (1 / FLOOR), "%.2f" % (1 / P)), out
 
 
 def test_from_json_without_the_peers_leaves_their_columns_empty(tmp_path):
