@@ -316,15 +316,17 @@ def report(args, model, names, runs):
             print("C (forward, backward and the optimizer's update, alone) %.1f ms; P (the same while one "
                   "allreduce of all gradients is in flight) %.1f ms: no step of any mode, however it overlaps, "
                   "is shorter here (the overlap floor)" % (1e3 * c_alone, 1e3 * p))
+        # The higher of the two, for every mode; a synchronous step is also held to its wire floor.
         known = [x for x in (None if wc is None else f + b + wc, p) if x is not None]
-        machine_floor = max([floor] + known) if known else None
+        overlap_floor = max(known) if known else None
+        machine_floor = max(floor, overlap_floor) if known else None
         if "sync" in per:
             s_sync = step["sync"]
             dear_denominator = max(max(f, w / 2) + max(b, w / 2), w + chain)
             bounds = {"sync": s_sync / floor, "async": s_sync / max(f + b, w), "dear": s_sync / dear_denominator}
             if machine_floor is not None:
-                machine_bounds = {"sync": s_sync / machine_floor, "async": s_sync / max(f + b, w, machine_floor),
-                                  "dear": s_sync / max(dear_denominator, machine_floor)}
+                machine_bounds = {"sync": s_sync / machine_floor, "async": s_sync / max(f + b, w, overlap_floor),
+                                  "dear": s_sync / max(dear_denominator, overlap_floor)}
         for c in PEERS:
             if c in per:
                 # Their steps are synchronous: no synchronous step can lead them by more than this.

@@ -77,18 +77,18 @@ WC, CPU_FLOOR = 0.350, 0.650
 COMPUTE, P = 0.380, 0.700
 
 
-def _launch(rates, phases=False, cpu=False, overlap=False):
+def _launch(rates, phases=False, cpu=False, overlap=False, p=P):
     result = {"samples_per_sec": rates, "size": 2, "params": 25_557_032, "tensors": 161, "batch": 2}
     if phases:
         result.update(forward_s=F, backward_s=B, allreduce_s=W, grad_ready=READY, dear_chain_s=C)
         if cpu:
             result["allreduce_cpu_s"] = WC
         if overlap:
-            result.update(compute_s=COMPUTE, overlap_step_s=P)
+            result.update(compute_s=COMPUTE, overlap_step_s=p)
     return result
 
 
-def _saved(tmp_path, contenders=None, cpu=False, overlap=False):
+def _saved(tmp_path, contenders=None, cpu=False, overlap=False, p=P):
     rounds = []
     # Round k: horovod 4 / 5 / 3.2 (so sync / horovod is 1.25, 1.0, 1.5625); sync 5 (a 0.8 s step).
     for hvd in (4.0, 5.0, 3.2):
@@ -96,9 +96,9 @@ def _saved(tmp_path, contenders=None, cpu=False, overlap=False):
             "ddp": _launch([4.0, 3.0, 5.0]),
             "ddp-tuned": _launch([4.4] * 3),
             "horovod": _launch([hvd] * 3),
-            "sync": _launch([5.0] * 3, phases=True, cpu=cpu, overlap=overlap),
-            "async": _launch([6.0] * 3, phases=True, cpu=cpu, overlap=overlap),
-            "dear": _launch([5.5] * 3, phases=True, cpu=cpu, overlap=overlap),
+            "sync": _launch([5.0] * 3, phases=True, cpu=cpu, overlap=overlap, p=p),
+            "async": _launch([6.0] * 3, phases=True, cpu=cpu, overlap=overlap, p=p),
+            "dear": _launch([5.5] * 3, phases=True, cpu=cpu, overlap=overlap, p=p),
         }
         rounds.append({c: r for c, r in launches.items() if contenders is None or c in contenders})
     path = tmp_path / "run.json"
@@ -192,6 +192,17 @@ def test_the_overlap_floor_is_the_step_computed_while_the_allreduce_is_in_flight
     m = re.search(r"^Horovod's step 1000.0 ms: a synchronous step could lead it by ([\d.]+)x at most "
                   r"\(([\d.]+)x over the overlap floor\)$", out, re.M)
     assert m and m.groups() == ("%.2f" % (1 / FLOOR), "%.2f" % (1 / P)), out
+
+
+def test_the_overlap_floor_holds_every_mode_the_wire_floor_only_sync(tmp_path):
+    # P = 0.5 s, under the synchronous floor (0.64 s): sync keeps that floor, while async and dear,
+    # which need not wait for backward to send, are held to P (above their wire bounds).
+    rc, out = _run("--from-json", str(_saved(tmp_path, overlap=True, p=0.5)))
+    assert rc == 0, out
+    rows = _rows(out)
+    assert rows["sync"][8] == "1.25x"
+    assert rows["async"][8] == rows["dear"][8] == "%.2fx" % (0.8 / 0.5) == "1.60x"
+    assert "could lead it by 1.56x at most (1.56x over the overlap floor)" in out
 
 
 def test_from_json_without_the_peers_leaves_their_columns_empty(tmp_path):
