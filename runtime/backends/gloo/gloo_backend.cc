@@ -292,6 +292,8 @@ int GlooBackend::ShmSlot() const {
   return shared_->shm && slot < shared_->shm->slots() ? slot : -1;
 }
 
+shm::ShmAllreduce* GlooBackend::Shm() const { return ShmSlot() >= 0 ? shared_->shm.get() : nullptr; }
+
 bool GlooBackend::ReducesPieces() const { return size_ > 1; }
 
 Status GlooBackend::AllreducePieces(const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
@@ -329,6 +331,7 @@ Status GlooBackend::Allgatherv(const void* in, void* out,
     return Status::OK();
   }
   if (total == 0) return Status::OK();  // every rank sees the same sizes: a consistent skip
+  if (Shm() != nullptr) return Finish(Shm()->Allgather(ShmSlot(), in, dst, bytes_per_rank, timeout_));
   if (mine > 0 && in != dst + offset) std::memmove(dst + offset, in, mine);
   return Finish(DADT_GLOO_STATUS("allgatherv", {
     internal::PeerWatchdog::Scope watch(watchdog_);

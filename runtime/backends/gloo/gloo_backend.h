@@ -18,15 +18,16 @@
 //                  out (only a segment that spans tensors is gathered to be sent, and scattered
 //                  once received in the all-gather; the reduce-scatter reduces it tensor by
 //                  tensor).
-//   Allgatherv     dadt's ring over Gloo's pairs (ring.h): n-1 steps, each rank forwards one block
-//                  per step in segments (DADT_GLOO_SEGMENT_BYTES; by default, across hosts, sized
-//                  to the link measured at Create (MeasureLink), whole blocks when every
-//                  rank is on this host), two in flight, each clocked by the segment received
-//                  before it.
+//   Allgatherv     every rank on this host: through shared memory, as Allreduce (one copy in and
+//                  one out per rank). Otherwise dadt's ring over Gloo's pairs (ring.h): n-1 steps,
+//                  each rank forwards one block per step in segments (DADT_GLOO_SEGMENT_BYTES; by
+//                  default, across hosts, sized to the link measured at Create (MeasureLink)),
+//                  two in flight, each clocked by the segment received before it.
 //   Broadcast      Gloo's binomial tree from `root` (ceil(log2 n) steps, whole buffer per step).
 //   Alltoallv      Gloo's pairwise exchange: all n-1 sends and receives posted at once.
-//   Reducescatter  the same segmented ring (ring.h), reducing each received segment into this
-//                  rank's partial sums (reducescatter.cc).
+//   Reducescatter  every rank on this host: through shared memory, as Allreduce. Otherwise the
+//                  same segmented ring (ring.h), reducing each received segment into this rank's
+//                  partial sums (reducescatter.cc).
 //   Barrier        Gloo's dissemination barrier: ceil(log2 n) rounds of zero-byte messages.
 //   Exchange       every send and receive posted at once on Gloo's pairs (unbound buffers), in a
 //                  slot of its own named by the coordinator's sequence number, then waited for.
@@ -66,6 +67,9 @@ class Context;
 
 namespace dadt {
 namespace backends {
+namespace shm {
+class ShmAllreduce;
+}  // namespace shm
 namespace gloo {
 namespace internal {
 class BufferRegistry;
@@ -120,6 +124,8 @@ class GlooBackend final : public Backend {
   // This handle's slot in the shared-memory allreduce, or -1 (not on one host, or beyond its
   // slots): handle k (k = tag_base_ >> 28) has slot k.
   int ShmSlot() const;
+  // The shared-memory engine when this handle has a slot in it (ShmSlot() >= 0), else null.
+  shm::ShmAllreduce* Shm() const;
   // The poison check every collective starts with.
   Status CheckUsable() const;
   // Records a failure (poisoning the backend and closing every connection, so that peers blocked

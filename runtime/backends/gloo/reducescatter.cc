@@ -1,4 +1,5 @@
-// GlooBackend::Reducescatter: the segmented ring of ring.h.
+// GlooBackend::Reducescatter: through shared memory when every rank is on this host
+// (shm/shm_allreduce.h), else the segmented ring of ring.h.
 //
 // The ring reads the input, sums the blocks in transit in scratch_ (only with more than two
 // ranks) and lands received segments in landing_ (both kept between calls, so nothing is
@@ -15,6 +16,7 @@
 #include "runtime/backends/gloo/gloo_error.h"
 #include "runtime/backends/gloo/peer_watchdog.h"
 #include "runtime/backends/gloo/ring.h"
+#include "runtime/backends/shm/shm_allreduce.h"
 
 namespace dadt {
 namespace backends {
@@ -35,6 +37,7 @@ Status GlooBackend::Reducescatter(const void* in, void* out,
   }
   if (total == 0) return Status::OK();  // same counts on every rank: a consistent skip
 
+  if (Shm() != nullptr) return Finish(Shm()->Reducescatter(ShmSlot(), in, out, recv_counts, dtype, op, timeout_));
   const internal::RingOptions ring = NextRing();
   const bool keeps_partials = size_ > 2;  // ring.h: two ranks sum straight into `out`
   if (keeps_partials && scratch_.size() < static_cast<size_t>(total * width)) {

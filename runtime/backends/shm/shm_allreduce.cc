@@ -233,7 +233,7 @@ void ShmAllreduce::SetAbort(uint32_t why) {
   for (int i = 0; i < slots_ * 2; ++i) FutexWake(&c->words[i].value);
 }
 
-Status ShmAllreduce::WaitAll(int slot, bool reduced, uint64_t seq, Clock::time_point deadline) {
+Status ShmAllreduce::WaitAll(int slot, bool reduced, uint64_t seq, Clock::time_point deadline, const char* what) {
   const uint32_t want = static_cast<uint32_t>(seq);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
@@ -250,15 +250,15 @@ Status ShmAllreduce::WaitAll(int slot, bool reduced, uint64_t seq, Clock::time_p
         if (why != 0 && a != rank_) {
           return Aborted("rank " + std::to_string(a) +
                          (why == kClosed ? " closed its backend" : " failed") +
-                         " during a shared-memory allreduce");
+                         " during a shared-memory " + what);
         }
       }
       if (Exited(pids_[r], pidfds_[r])) {
         return Aborted("rank " + std::to_string(r) + " (pid " + std::to_string(pids_[r]) +
-                       ") exited during a shared-memory allreduce");
+                       ") exited during a shared-memory " + what);
       }
       if (Clock::now() >= deadline) {
-        return TimeoutError("shared-memory allreduce: rank " + std::to_string(r) +
+        return TimeoutError(std::string("shared-memory ") + what + ": rank " + std::to_string(r) +
                             " did not arrive within the collective timeout");
       }
       FutexWait(word, seen, kCheckInterval);
@@ -296,9 +296,7 @@ Status ShmAllreduce::AllreducePieces(int slot, const std::vector<AllreducePiece>
         std::memset(mine + to * esize, 0, k * esize);
       }
     });
-    me->words[slot * 2].value.store(static_cast<uint32_t>(seq), std::memory_order_release);
-    FutexWake(&me->words[slot * 2].value);
-    DADT_RETURN_IF_ERROR(WaitAll(slot, /*reduced=*/false, seq, deadline));
+    DADT_RETURN_IF_ERROR(Arrive(slot, seq, deadline, "allreduce"));
 
     // My slice, reduced over every rank in rank order into my buffer, then the epilogue.
     const int64_t lo = n * rank_ / size_;
@@ -318,7 +316,7 @@ Status ShmAllreduce::AllreducePieces(int slot, const std::vector<AllreducePiece>
     }
     me->words[slot * 2 + 1].value.store(static_cast<uint32_t>(seq), std::memory_order_release);
     FutexWake(&me->words[slot * 2 + 1].value);
-    DADT_RETURN_IF_ERROR(WaitAll(slot, /*reduced=*/true, seq, deadline));
+    DADT_RETURN_IF_ERROR(WaitAll(slot, /*reduced=*/true, seq, deadline, "allreduce"));
 
     for (int r = 0; r < size_; ++r) {
       const int64_t rlo = n * r / size_;
@@ -329,6 +327,78 @@ Status ShmAllreduce::AllreducePieces(int slot, const std::vector<AllreducePiece>
           std::memcpy(static_cast<uint8_t*>(p.out) + from * esize, reduced + (rlo + to) * esize, k * esize);
         }
       });
+    }
+  }
+  return Status::OK();
+}
+
+Status ShmAllreduce::Arrive(int slot, uint64_t seq, Clock::time_point deadline, const char* what) {
+  Control* const me = control(rank_);
+  me->words[slot * 2].value.store(static_cast<uint32_t>(seq), std::memory_order_release);
+  FutexWake(&me->words[slot * 2].value);
+  return WaitAll(slot, /*reduced=*/false, seq, deadline, what);
+}
+
+Status ShmAllreduce::Reducescatter(int slot, const void* in, void* out, const std::vector<int64_t>& recv_counts,
+                                   DataType dtype, ReduceOp op, std::chrono::milliseconds timeout) {
+  if (slot < 0 || slot >= slots_) return InvalidArgument("shared-memory reduce-scatter: bad slot");
+  if (static_cast<int>(recv_counts.size()) != size_) {
+    return InvalidArgument("shared-memory reduce-scatter: one count per rank expected");
+  }
+  const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
+  // A chunk holds `share` elements of every rank's block, block r's at r * share.
+  const int64_t share = std::max<int64_t>(1, chunk_bytes_ / esize / size_);
+  const Clock::time_point deadline = Clock::now() + timeout;
+  std::vector<int64_t> starts(size_ + 1, 0);
+  for (int r = 0; r < size_; ++r) starts[r + 1] = starts[r] + recv_counts[r];
+  const int64_t longest = *std::max_element(recv_counts.begin(), recv_counts.end());
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  // `out` may be my block of `in`: chunk k writes elements [k * share, (k + 1) * share) of it,
+  // which chunk k has already copied in and no later chunk reads.
+  for (int64_t done = 0; done < longest; done += share) {
+    const uint64_t seq = ++seq_[slot];
+    uint8_t* const mine = buffer(rank_, slot, seq);
+    for (int r = 0; r < size_; ++r) {
+      const int64_t k = std::clamp<int64_t>(recv_counts[r] - done, 0, share);
+      if (k > 0) std::memcpy(mine + r * share * esize, src + (starts[r] + done) * esize, k * esize);
+    }
+    DADT_RETURN_IF_ERROR(Arrive(slot, seq, deadline, "reduce-scatter"));
+    const int64_t k = std::clamp<int64_t>(recv_counts[rank_] - done, 0, share);
+    if (k > 0) {
+      // In rank order, as the allreduce: every run gives the same bits.
+      const size_t at = static_cast<size_t>(rank_ * share * esize);
+      uint8_t* const result = dst + done * esize;
+      ReduceBinary(result, buffer(0, slot, seq) + at, buffer(1, slot, seq) + at, k, dtype, op);
+      for (int r = 2; r < size_; ++r) ReduceBinary(result, result, buffer(r, slot, seq) + at, k, dtype, op);
+    }
+  }
+  return Status::OK();
+}
+
+Status ShmAllreduce::Allgather(int slot, const void* in, void* out, const std::vector<int64_t>& bytes_per_rank,
+                               std::chrono::milliseconds timeout) {
+  if (slot < 0 || slot >= slots_) return InvalidArgument("shared-memory all-gather: bad slot");
+  if (static_cast<int>(bytes_per_rank.size()) != size_) {
+    return InvalidArgument("shared-memory all-gather: one size per rank expected");
+  }
+  const Clock::time_point deadline = Clock::now() + timeout;
+  std::vector<int64_t> starts(size_ + 1, 0);
+  for (int r = 0; r < size_; ++r) starts[r + 1] = starts[r] + bytes_per_rank[r];
+  const int64_t longest = *std::max_element(bytes_per_rank.begin(), bytes_per_rank.end());
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  for (int64_t done = 0; done < longest; done += chunk_bytes_) {
+    const uint64_t seq = ++seq_[slot];
+    const int64_t k = std::clamp<int64_t>(bytes_per_rank[rank_] - done, 0, chunk_bytes_);
+    if (k > 0) std::memcpy(buffer(rank_, slot, seq), src + done, k);
+    DADT_RETURN_IF_ERROR(Arrive(slot, seq, deadline, "all-gather"));
+    for (int r = 0; r < size_; ++r) {
+      const int64_t kr = std::clamp<int64_t>(bytes_per_rank[r] - done, 0, chunk_bytes_);
+      // My own bytes are already in place when `in` is my part of `out`.
+      if (kr > 0 && !(r == rank_ && src == dst + starts[r])) {
+        std::memcpy(dst + starts[r] + done, buffer(r, slot, seq), kr);
+      }
     }
   }
   return Status::OK();

@@ -1,5 +1,6 @@
 // ShmAllreduce: the host engines' allreduce (Gloo's and MPI's) when every rank of the job is on
-// this host, through shared memory instead of loopback TCP or the MPI library's own transport.
+// this host, through shared memory instead of loopback TCP or the MPI library's own transport;
+// Gloo's reduce-scatter and all-gather (dear's two halves) go through it too.
 //
 // Why: over loopback, Gloo's ring moves each byte through the kernel twice per step (a send copy
 // and a receive copy) and wakes its transport thread per segment; a 1 MiB allreduce at 2 ranks
@@ -45,8 +46,12 @@
 // backend fails (Abort) and when it is destroyed, so a peer that shut down mid-collective ends
 // the wait at once.
 //
-// Threading: Allreduce(slot, ...) for a given slot from one thread at a time; different slots
-// may run at once. Abort() from any thread.
+// Reducescatter and Allgather use the same slots and counters with one wait per chunk: a rank
+// reads the peers' buffers of chunk seq only before it arrives at seq + 1, and nobody writes that
+// buffer again before every rank has arrived at seq + 1, so the second wait is not needed.
+//
+// Threading: Allreduce(slot, ...) (and the others) for a given slot from one thread at a time;
+// different slots may run at once. Abort() from any thread.
 #pragma once
 
 #include <chrono>
@@ -105,6 +110,18 @@ class ShmAllreduce {
   Status AllreducePieces(int slot, const std::vector<AllreducePiece>& pieces, DataType dtype, ReduceOp op,
                          const AllreduceEpilogue& epilogue, std::chrono::milliseconds timeout);
 
+  // Reduce-scatter: rank r ends with the reduction, over every rank's `in`, of `in`'s block r
+  // (recv_counts[r] elements after the blocks before it), written to `out` (which may be this
+  // rank's own block of `in`). Each chunk takes an equal share of every rank's block, so every
+  // rank reduces its own share of each chunk at once; one wait per chunk (see the .cc).
+  Status Reducescatter(int slot, const void* in, void* out, const std::vector<int64_t>& recv_counts,
+                       DataType dtype, ReduceOp op, std::chrono::milliseconds timeout);
+  // All-gather: every rank's `in` (bytes_per_rank[r] bytes) lands in `out` in rank order, on every
+  // rank; `in` may be this rank's own place in `out`. One copy in, one wait and one copy out per
+  // chunk.
+  Status Allgather(int slot, const void* in, void* out, const std::vector<int64_t>& bytes_per_rank,
+                   std::chrono::milliseconds timeout);
+
   // Tells the peers that this rank's backend failed: their waits end with kAborted.
   void Abort();
 
@@ -119,8 +136,12 @@ class ShmAllreduce {
   Control* control(int rank) const;
   void SetAbort(uint32_t why);
   uint8_t* buffer(int rank, int slot, uint64_t seq) const;
-  // Waits until every other rank's word (arrived or reduced of `slot`) is >= seq.
-  Status WaitAll(int slot, bool reduced, uint64_t seq, std::chrono::steady_clock::time_point deadline);
+  // Publishes arrived[slot] = seq and waits until every rank has arrived there.
+  Status Arrive(int slot, uint64_t seq, std::chrono::steady_clock::time_point deadline, const char* what);
+  // Waits until every other rank's word (arrived or reduced of `slot`) is >= seq; an error names
+  // `what` (the collective).
+  Status WaitAll(int slot, bool reduced, uint64_t seq, std::chrono::steady_clock::time_point deadline,
+                 const char* what);
 
   const int rank_;
   const int size_;

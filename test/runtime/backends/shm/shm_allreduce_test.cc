@@ -191,6 +191,89 @@ TEST(ShmAllreduceTest, PiecesAreGatheredAndScatteredWhereTheyLie) {
   }
 }
 
+// dear's two halves on one host. Uneven blocks (one empty, one longer than many chunks), chunks
+// of 4096 bytes (341 floats of each of 3 blocks per chunk), and every way `out` may lie: its own
+// buffer, this rank's block of the input (in place), and the input's start (the result overwrites
+// blocks the later chunks no longer read).
+TEST(ShmAllreduceTest, ReduceScatterGivesEachRankItsBlockSummedInEveryLayout) {
+  const int size = 3;
+  const std::vector<int64_t> counts = {2500, 0, 4001}, starts = {0, 2500, 2500};
+  const int64_t total = 6501;
+  auto value = [](int rank, int64_t i) { return 0.5f * static_cast<float>((i % 11) + 2 * rank); };
+  for (int layout = 0; layout < 3; ++layout) {
+    std::vector<std::vector<float>> got(size);
+    WithRanks(size, 4096, [&](int rank, ShmAllreduce& shm) {
+      std::vector<float> in(total), own(counts[rank] + 1, -3.0f);
+      for (int64_t i = 0; i < total; ++i) in[i] = value(rank, i);
+      float* out = layout == 0 ? own.data() : layout == 1 ? in.data() + starts[rank] : in.data();
+      const Status s = shm.Reducescatter(0, in.data(), out, counts, DataType::kFloat32, ReduceOp::kSum,
+                                         milliseconds(20000));
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      got[rank].assign(out, out + counts[rank]);
+      if (layout == 0) EXPECT_EQ(own.back(), -3.0f) << "wrote past its block";
+    });
+    for (int r = 0; r < size; ++r) {
+      for (int64_t i = 0; i < counts[r]; ++i) {
+        const int64_t at = starts[r] + i;
+        ASSERT_EQ(got[r][i], value(0, at) + value(1, at) + value(2, at))
+            << "layout " << layout << " rank " << r << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(ShmAllreduceTest, AllgatherPutsEveryRankInPlaceInAnyLayout) {
+  const int size = 3;
+  const std::vector<int64_t> bytes = {9000, 0, 13};
+  const int64_t total = 9013;
+  for (bool in_place : {false, true}) {
+    std::vector<std::vector<uint8_t>> got(size);
+    WithRanks(size, 4096, [&](int rank, ShmAllreduce& shm) {
+      std::vector<uint8_t> mine(bytes[rank]), out(total + 1, 0xEE);
+      for (int64_t i = 0; i < bytes[rank]; ++i) mine[i] = static_cast<uint8_t>(i * 7 + rank);
+      const int64_t start = rank == 2 ? 9000 : 0;
+      if (in_place) std::copy(mine.begin(), mine.end(), out.begin() + start);
+      const void* in = in_place ? static_cast<const void*>(out.data() + start) : mine.data();
+      const Status s = shm.Allgather(0, in, out.data(), bytes, milliseconds(20000));
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(out.back(), 0xEE) << "wrote past the output";
+      got[rank].assign(out.begin(), out.end() - 1);
+    });
+    for (int r = 0; r < size; ++r) {
+      for (int64_t i = 0; i < total; ++i) {
+        const int owner = i < 9000 ? 0 : 2;
+        const int64_t at = i < 9000 ? i : i - 9000;
+        ASSERT_EQ(got[r][i], static_cast<uint8_t>(at * 7 + owner)) << "rank " << r << " byte " << i;
+      }
+    }
+  }
+}
+
+// All three on one slot, back to back many times with ranks at different speeds: each relies on
+// the others' use of the two buffers (the header's argument); a broken hand-over shows as a wrong
+// value.
+TEST(ShmAllreduceTest, TheThreeCollectivesShareASlotBackToBack) {
+  const int size = 2;
+  const int64_t n = 3000;  // 3 chunks of 1024 floats for the allreduce
+  std::vector<int> bad(size, 0);
+  WithRanks(size, 4096, [&](int rank, ShmAllreduce& shm) {
+    for (int k = 0; k < 30; ++k) {
+      if ((k + rank) % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+      std::vector<float> a(n, static_cast<float>(k + rank));
+      ASSERT_TRUE(shm.Allreduce(0, a.data(), n, DataType::kFloat32, ReduceOp::kSum, milliseconds(20000)).ok());
+      bad[rank] += a != std::vector<float>(n, static_cast<float>(2 * k + 1));
+      std::vector<float> rs(n / 2);
+      ASSERT_TRUE(shm.Reducescatter(0, a.data(), rs.data(), {n / 2, n / 2}, DataType::kFloat32, ReduceOp::kSum,
+                                    milliseconds(20000)).ok());
+      bad[rank] += rs != std::vector<float>(n / 2, static_cast<float>(4 * k + 2));
+      std::vector<float> all(n);
+      ASSERT_TRUE(shm.Allgather(0, rs.data(), all.data(), {n / 2 * 4, n / 2 * 4}, milliseconds(20000)).ok());
+      bad[rank] += all != std::vector<float>(n, static_cast<float>(4 * k + 2));
+    }
+  });
+  EXPECT_EQ(bad, std::vector<int>(size, 0));
+}
+
 TEST(ShmAllreduceTest, AnEpilogueTheDtypeCannotTakeIsRefusedBeforeAnyPeerWaits) {
   WithRanks(2, 4096, [&](int, ShmAllreduce& shm) {
     uint8_t flags[3] = {1, 0, 1};
@@ -269,6 +352,30 @@ TEST(ShmAllreduceTest, APeerThatLeavesEndsTheWaitAtOnce) {
   EXPECT_EQ(waited.code(), StatusCode::kAborted) << waited.ToString();
   EXPECT_NE(waited.message().find("rank 1 closed"), std::string::npos) << waited.ToString();
   EXPECT_LT(seconds, 5);  // far below the 60 s timeout
+}
+
+// dear's halves end their waits as the allreduce does, and say which collective was cut short.
+TEST(ShmAllreduceTest, APeerThatLeavesEndsAReduceScatterOrAllgather) {
+  for (bool gather : {false, true}) {
+    Status waited;
+    OpenRanks(2, 4096, 2, [&](int r, Opened& shm) {
+      ASSERT_TRUE(shm.ok()) << shm.status().ToString();
+      if (r == 1) {
+        std::this_thread::sleep_for(milliseconds(200));
+        shm->reset();
+        return;
+      }
+      std::vector<float> in(2000), out(2000);
+      waited = gather ? (*shm)->Allgather(0, in.data(), out.data(), {4000, 4000}, milliseconds(60000))
+                      : (*shm)->Reducescatter(0, in.data(), out.data(), {1000, 1000}, DataType::kFloat32,
+                                              ReduceOp::kSum, milliseconds(60000));
+    });
+    EXPECT_EQ(waited.code(), StatusCode::kAborted) << waited.ToString();
+    EXPECT_NE(waited.message().find(gather ? "rank 1 closed its backend during a shared-memory all-gather"
+                                           : "rank 1 closed its backend during a shared-memory reduce-scatter"),
+              std::string::npos)
+        << waited.ToString();
+  }
 }
 
 TEST(ShmAllreduceTest, AFailedPeerAbortsAndASilentOneTimesOut) {
