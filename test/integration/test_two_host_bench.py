@@ -1,6 +1,7 @@
 """examples/benchmarks/two_host_bench.sh: the collectives table and the training-modes table over a
-tbf-shaped link between two network-namespace hosts, with a tiny model (what is checked is the
-script, not the speed)."""
+tbf-shaped link between two network-namespace hosts, with a tiny model; collectives_bench.py and
+real_models.py on one host (what is checked is the scripts, not the speed)."""
+import json
 import os
 import re
 import shutil
@@ -59,3 +60,31 @@ def test_collectives_bench_one_host(dadtrun, submit, busy):
     assert ("a busy compute thread beside each rank" in proc.stdout) == busy, proc.stdout
     for size in ("2 x 1 MB", "1 x 2 MB"):
         assert re.search(r"^\| %s( \| \d+){6} \|$" % size, proc.stdout, re.M), proc.stdout
+
+
+def test_real_models_one_host_prints_the_floors_and_every_mode(dadtrun, tmp_path):
+    """real_models.py end to end on one host with the many-tensor model: DDP and dadt's three modes
+    run, each dadt launch measures C and P (peers.py's overlapped_step), the header states the
+    overlap floor and the table bounds every mode by it (dear's reduce-scatters and all-gathers
+    go through shared memory here)."""
+    env = worker_env()
+    env.update(DADTRUN=dadtrun)
+    script = os.path.join(REPO, "examples", "benchmarks", "real_models.py")
+    saved = tmp_path / "run.json"
+    proc = subprocess.run([PY, script, "--np", "2", "--models", "many-tensor", "--contenders",
+                           "ddp,sync,async,dear", "--batch", "4", "--rounds", "1", "--chunks", "1",
+                           "--steps", "2", "--warmup-steps", "1", "--phase-reps", "1", "--json", str(saved)],
+                          env=env, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    m = re.search(r"^C \(forward, backward and the optimizer's update, alone\) ([\d.]+) ms; P \(the same "
+                  r"while one allreduce of all gradients is in flight\) ([\d.]+) ms", out, re.M)
+    assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, out
+    assert re.search(r"^DDP's step [\d.]+ ms: a synchronous step could lead it by [\d.]+x at most "
+                     r"\([\d.]+x over the overlap floor\)$", out, re.M), out
+    for mode in ("sync", "async", "dear"):
+        assert re.search(r"^\| %s \|.* \| [\d.]+x \| [\d.]+x \|$" % mode, out, re.M), out
+    runs = json.loads(saved.read_text())["runs"]["many-tensor"][0]
+    for mode in ("sync", "async", "dear"):
+        assert runs[mode]["overlap_step_s"] > 0 and runs[mode]["compute_s"] > 0, runs[mode]

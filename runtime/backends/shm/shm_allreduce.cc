@@ -54,6 +54,13 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, std::chrono::millisec
 
 void CpuRelax() { __builtin_ia32_pause(); }
 
+// Where each rank's block begins in the whole: size + 1 offsets, the last the total.
+std::vector<int64_t> BlockStarts(const std::vector<int64_t>& per_rank) {
+  std::vector<int64_t> starts(per_rank.size() + 1, 0);
+  for (size_t r = 0; r < per_rank.size(); ++r) starts[r + 1] = starts[r] + per_rank[r];
+  return starts;
+}
+
 // A descriptor that becomes readable when `pid` exits (even before its parent reaps it, which
 // kill(pid, 0) cannot tell), or -1 where the kernel has no pidfd_open.
 int OpenPidFd(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
@@ -332,6 +339,15 @@ Status ShmAllreduce::AllreducePieces(int slot, const std::vector<AllreducePiece>
   return Status::OK();
 }
 
+Status ShmAllreduce::CheckBlocks(int slot, const std::vector<int64_t>& per_rank, const char* what) const {
+  if (slot < 0 || slot >= slots_) return InvalidArgument(std::string("shared-memory ") + what + ": bad slot");
+  if (static_cast<int>(per_rank.size()) != size_) {
+    return InvalidArgument(std::string("shared-memory ") + what + ": one block size per rank expected, got " +
+                           std::to_string(per_rank.size()) + " for " + std::to_string(size_) + " ranks");
+  }
+  return Status::OK();
+}
+
 Status ShmAllreduce::Arrive(int slot, uint64_t seq, Clock::time_point deadline, const char* what) {
   Control* const me = control(rank_);
   me->words[slot * 2].value.store(static_cast<uint32_t>(seq), std::memory_order_release);
@@ -341,16 +357,12 @@ Status ShmAllreduce::Arrive(int slot, uint64_t seq, Clock::time_point deadline, 
 
 Status ShmAllreduce::Reducescatter(int slot, const void* in, void* out, const std::vector<int64_t>& recv_counts,
                                    DataType dtype, ReduceOp op, std::chrono::milliseconds timeout) {
-  if (slot < 0 || slot >= slots_) return InvalidArgument("shared-memory reduce-scatter: bad slot");
-  if (static_cast<int>(recv_counts.size()) != size_) {
-    return InvalidArgument("shared-memory reduce-scatter: one count per rank expected");
-  }
+  DADT_RETURN_IF_ERROR(CheckBlocks(slot, recv_counts, "reduce-scatter"));
   const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
   // A chunk holds `share` elements of every rank's block, block r's at r * share.
   const int64_t share = std::max<int64_t>(1, chunk_bytes_ / esize / size_);
   const Clock::time_point deadline = Clock::now() + timeout;
-  std::vector<int64_t> starts(size_ + 1, 0);
-  for (int r = 0; r < size_; ++r) starts[r + 1] = starts[r] + recv_counts[r];
+  const std::vector<int64_t> starts = BlockStarts(recv_counts);
   const int64_t longest = *std::max_element(recv_counts.begin(), recv_counts.end());
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
@@ -378,13 +390,9 @@ Status ShmAllreduce::Reducescatter(int slot, const void* in, void* out, const st
 
 Status ShmAllreduce::Allgather(int slot, const void* in, void* out, const std::vector<int64_t>& bytes_per_rank,
                                std::chrono::milliseconds timeout) {
-  if (slot < 0 || slot >= slots_) return InvalidArgument("shared-memory all-gather: bad slot");
-  if (static_cast<int>(bytes_per_rank.size()) != size_) {
-    return InvalidArgument("shared-memory all-gather: one size per rank expected");
-  }
+  DADT_RETURN_IF_ERROR(CheckBlocks(slot, bytes_per_rank, "all-gather"));
   const Clock::time_point deadline = Clock::now() + timeout;
-  std::vector<int64_t> starts(size_ + 1, 0);
-  for (int r = 0; r < size_; ++r) starts[r + 1] = starts[r] + bytes_per_rank[r];
+  const std::vector<int64_t> starts = BlockStarts(bytes_per_rank);
   const int64_t longest = *std::max_element(bytes_per_rank.begin(), bytes_per_rank.end());
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);

@@ -136,6 +136,8 @@ class ShmAllreduce {
   Control* control(int rank) const;
   void SetAbort(uint32_t why);
   uint8_t* buffer(int rank, int slot, uint64_t seq) const;
+  // kInvalidArgument unless `slot` is one of ours and `per_rank` has one entry per rank.
+  Status CheckBlocks(int slot, const std::vector<int64_t>& per_rank, const char* what) const;
   // Publishes arrived[slot] = seq and waits until every rank has arrived there.
   Status Arrive(int slot, uint64_t seq, std::chrono::steady_clock::time_point deadline, const char* what);
   // Waits until every other rank's word (arrived or reduced of `slot`) is >= seq; an error names
