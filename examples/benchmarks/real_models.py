@@ -70,7 +70,8 @@ import statistics
 import sys
 
 from allreduce_bench import find_dadtrun, worker_environment  # same folder
-from peers import comm_end, overlapped_step, phase_times, ratio, report_result, run_launch, spread, timed_chunks, whole_allreduce
+from peers import (comm_end, overlapped_step, phase_times, ratio, report_result, run_launch, spread,
+                   timed_chunks, whole_allreduce)
 import bench_models
 
 CONTENDERS = ("ddp", "ddp-tuned", "horovod", "sync", "async", "dear")
@@ -179,11 +180,10 @@ def worker(args):
         dadt.init()
         rank, size, barrier = dadt.rank(), dadt.size(), dadt.barrier
         inputs, targets = make_batch(batch, torch.Generator().manual_seed(rank))
-        extra.update(phase_times(torch, model, None, None, reps=args.phase_reps,
-                                 loss_of=lambda m: loss_fn(m(*inputs), targets)))
+        loss_of = lambda m: loss_fn(m(*inputs), targets)  # noqa: E731
+        extra.update(phase_times(torch, model, None, None, reps=args.phase_reps, loss_of=loss_of))
         extra.update(whole_allreduce(torch, dadt, model, name="real_models.W"))
-        extra.update(overlapped_step(torch, dadt, model, reps=args.phase_reps, name="real_models.P",
-                                     loss_of=lambda m: loss_fn(m(*inputs), targets)))
+        extra.update(overlapped_step(torch, dadt, model, loss_of, reps=args.phase_reps, name="real_models.P"))
         dadt.broadcast_parameters(model.state_dict(), root_rank=0)
         opt = dadt.DistributedOptimizer(sgd, named_parameters=model.named_parameters(), mode=kind, model=model)
         drain = getattr(opt, "flush", lambda: None)

@@ -291,7 +291,6 @@ Status ShmAllreduce::AllreducePieces(int slot, const std::vector<AllreducePiece>
   if (epilogue.divisor != 1) DADT_RETURN_IF_ERROR(DivideBuffer(nullptr, 0, dtype, epilogue.divisor));
   const std::vector<int64_t> starts = PieceStarts(pieces);
   const int64_t count = starts.back();
-  Control* const me = control(rank_);
   for (int64_t off = 0; off < count; off += chunk_elems) {
     const int64_t n = std::min(chunk_elems, count - off);
     const uint64_t seq = ++seq_[slot];
@@ -321,8 +320,7 @@ Status ShmAllreduce::AllreducePieces(int slot, const std::vector<AllreducePiece>
       if (epilogue.scale != 1.0) DADT_RETURN_IF_ERROR(ScaleBuffer(slice, hi - lo, dtype, epilogue.scale));
       if (epilogue.divisor != 1) DADT_RETURN_IF_ERROR(DivideBuffer(slice, hi - lo, dtype, epilogue.divisor));
     }
-    me->words[slot * 2 + 1].value.store(static_cast<uint32_t>(seq), std::memory_order_release);
-    FutexWake(&me->words[slot * 2 + 1].value);
+    Publish(slot, /*reduced=*/true, seq);
     DADT_RETURN_IF_ERROR(WaitAll(slot, /*reduced=*/true, seq, deadline, "allreduce"));
 
     for (int r = 0; r < size_; ++r) {
@@ -348,10 +346,14 @@ Status ShmAllreduce::CheckBlocks(int slot, const std::vector<int64_t>& per_rank,
   return Status::OK();
 }
 
+void ShmAllreduce::Publish(int slot, bool reduced, uint64_t seq) {
+  std::atomic<uint32_t>* word = &control(rank_)->words[slot * 2 + (reduced ? 1 : 0)].value;
+  word->store(static_cast<uint32_t>(seq), std::memory_order_release);
+  FutexWake(word);
+}
+
 Status ShmAllreduce::Arrive(int slot, uint64_t seq, Clock::time_point deadline, const char* what) {
-  Control* const me = control(rank_);
-  me->words[slot * 2].value.store(static_cast<uint32_t>(seq), std::memory_order_release);
-  FutexWake(&me->words[slot * 2].value);
+  Publish(slot, /*reduced=*/false, seq);
   return WaitAll(slot, /*reduced=*/false, seq, deadline, what);
 }
 

@@ -138,6 +138,8 @@ class ShmAllreduce {
   uint8_t* buffer(int rank, int slot, uint64_t seq) const;
   // kInvalidArgument unless `slot` is one of ours and `per_rank` has one entry per rank.
   Status CheckBlocks(int slot, const std::vector<int64_t>& per_rank, const char* what) const;
+  // Sets this rank's arrived (or reduced) word of `slot` to seq and wakes its waiters.
+  void Publish(int slot, bool reduced, uint64_t seq);
   // Publishes arrived[slot] = seq and waits until every rank has arrived there.
   Status Arrive(int slot, uint64_t seq, std::chrono::steady_clock::time_point deadline, const char* what);
   // Waits until every other rank's word (arrived or reduced of `slot`) is >= seq; an error names
